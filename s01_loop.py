@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""s01_loop.py - the agent loop.
+
+    you --> messages --> model --> reply
+               ^                     |
+               |                     |  stop_reason == "tool_use"?
+               +-- tool_result <-- run the tools it asked for
+                                     |
+                                     +-- anything else: show the text, your turn
+
+Key insight: an agent is a loop around a model call. The model decides when
+the loop ends; the code only runs the tools it asks for and keeps the history
+valid (every tool_use answered by a tool_result, whatever goes wrong).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anthropic
+from dotenv import load_dotenv
+
+DEFAULT_MODEL = "claude-sonnet-5-5"
+MAX_TOKENS = 8000
+BASH_TIMEOUT = 120  # seconds
+MAX_OUTPUT = 50_000  # characters of tool output sent back to the model
+WORKDIR = Path.cwd()
+STAGE = "s01"
+PROMPT = f"{STAGE} >> "
+
+# Built by main(), never at import, so that importing a stage has no side
+# effects. Tests put a scripted model here.
+client = None
+
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a shell command in the workspace and return its output.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+]
+
+
+def system_prompt() -> str:
+    return (
+        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
+        "and change files, then answer briefly."
+    )
+
+
+# -- the tool ----------------------------------------------------------------
+
+
+def cap(text: str) -> str:
+    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
+
+
+def run_bash(command: str) -> str:
+    """Run a shell command in WORKDIR; return its output and any failure."""
+    try:
+        done = subprocess.run(
+            command, shell=True, cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+    except subprocess.TimeoutExpired:
+        return f"error: timed out after {BASH_TIMEOUT}s"
+    output = done.stdout.decode(errors="replace")
+    if done.returncode != 0:
+        output += f"\n(exit code {done.returncode})"
+    return cap(output) or "(no output)"
+
+
+def tool_result(block, text: str, is_error: bool = False) -> dict:
+    return {"type": "tool_result", "tool_use_id": block.id, "content": text, "is_error": is_error}
+
+
+def run_tool(block) -> dict:
+    """Run one tool_use block. Whatever the model sent, answer with a tool_result."""
+    if block.name != "bash":
+        return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'", True)
+    command = block.input.get("command")
+    if not isinstance(command, str):
+        return tool_result(block, "error: bash needs a 'command' string", True)
+    show_tool_call(block)
+    return tool_result(block, run_bash(command))
+
+
+# -- the loop ----------------------------------------------------------------
+
+
+class TurnFailed(Exception):
+    """A turn that cannot go on; it is dropped from the history and the message shown."""
+
+
+def dim(text: str) -> str:
+    return f"\033[2m{text}\033[0m"
+
+
+def show_tool_call(block) -> None:
+    args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
+    print(dim(f"> {block.name}: {args[:120]}"))
+
+
+def show_usage(usage) -> None:
+    """One line per model call: how big the context is, and how much came from the cache."""
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_write = usage.cache_creation_input_tokens or 0
+    context = usage.input_tokens + cache_read + cache_write
+    print(dim(f"[context {context:,} tokens, {cache_read:,} read from cache; output {usage.output_tokens:,}]"))
+
+
+def text_of(content) -> str:
+    return "\n".join(block.text for block in content if block.type == "text")
+
+
+def call_model(messages: list) -> object:
+    return client.messages.create(
+        model=os.environ.get("MODEL_ID") or DEFAULT_MODEL,
+        system=system_prompt(),
+        messages=messages,
+        tools=TOOLS,
+        max_tokens=MAX_TOKENS,
+        # Every call re-sends the whole conversation; caching makes the repeat cheap.
+        cache_control={"type": "ephemeral"},
+    )
+
+
+def take_reply(messages: list, response) -> str | None:
+    """Add the model's reply to the history and act on why it stopped.
+
+    Returns the final text when the turn is over, or None when the model
+    should be called again (its tools have run, or it was paused).
+    """
+    reason = response.stop_reason
+    if reason == "refusal":
+        raise TurnFailed("the model declined this request (refusal); rephrase it and try again")
+    if reason == "model_context_window_exceeded":
+        raise TurnFailed("the conversation no longer fits the model's context window; start a new session")
+    # An empty assistant message would make every later request invalid.
+    messages.append({"role": "assistant", "content": response.content or [{"type": "text", "text": "(empty reply)"}]})
+    calls = [block for block in response.content if block.type == "tool_use"]
+    if reason == "pause_turn":
+        return None  # the API paused a long turn; sending it back resumes it
+    if reason == "max_tokens":
+        print(dim("(the reply was cut off at max_tokens)"))
+        if calls:  # a cut-off call may have lost arguments: answer it, never run it
+            cut = "error: not run: your reply was cut off at max_tokens. Try again with a shorter call."
+            messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
+            return None
+    if reason == "tool_use" and calls:
+        messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
+        return None
+    return text_of(response.content)
+
+
+def agent_loop(messages: list) -> str:
+    """Call the model and run its tools until it stops; return its final text."""
+    while True:
+        response = call_model(messages)
+        show_usage(response.usage)
+        final_text = take_reply(messages, response)
+        if final_text is not None:
+            return final_text
+
+
+def describe_api_error(error: anthropic.APIError) -> str:
+    if isinstance(error, anthropic.AuthenticationError):
+        return "API error: authentication failed (401); check ANTHROPIC_API_KEY"
+    if isinstance(error, anthropic.APIConnectionError):
+        return f"API error: cannot reach the API ({error}); check your network and ANTHROPIC_BASE_URL"
+    if isinstance(error, anthropic.APIStatusError):
+        return f"API error {error.status_code}: {error.message}"
+    return f"API error: {error}"
+
+
+def run_turn(messages: list, user_text: str) -> None:
+    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
+    start = len(messages)
+    messages.append({"role": "user", "content": user_text})
+    try:
+        print(agent_loop(messages))
+    except (anthropic.APIError, TurnFailed, KeyboardInterrupt) as error:
+        del messages[start:]
+        if isinstance(error, KeyboardInterrupt):
+            reason = "interrupted"
+        elif isinstance(error, anthropic.APIError):
+            reason = describe_api_error(error)
+        else:
+            reason = str(error)
+        print(f"{reason}. This turn was dropped from the conversation (files it changed stay changed).")
+
+
+# -- start-up ------------------------------------------------------------------
+
+MISSING_KEY = """\
+No API key: set ANTHROPIC_API_KEY, in the environment or in a .env file beside
+this script (copy .env.example to .env and fill it in). For an
+Anthropic-compatible provider also set ANTHROPIC_BASE_URL; MODEL_ID picks the
+model. No key at all? `python tests/demo.py {stage}` shows this stage working
+with a scripted model."""
+
+
+def make_client():
+    """Build the API client from the environment, or None when no key is set."""
+    api_key = os.environ.get("ANTHROPIC_API_KEY")
+    if not api_key:
+        return None
+    # An empty ANTHROPIC_BASE_URL means "not set", which the SDK would not assume.
+    base_url = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    return anthropic.Anthropic(api_key=api_key, base_url=base_url)
+
+
+def main() -> int:
+    global client
+    load_dotenv()
+    client = make_client()
+    if client is None:
+        print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
+        return 2
+    messages = []
+    while True:
+        try:
+            user_text = input(PROMPT)
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return 0
+        if user_text.strip() in ("q", "exit"):
+            return 0
+        if user_text.strip():
+            run_turn(messages, user_text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

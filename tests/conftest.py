@@ -1,0 +1,50 @@
+"""Shared fixtures: every stage is tested against a scripted model in a temporary workspace."""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_api import ScriptedClient
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE_NAMES = [path.stem for path in sorted(ROOT.glob("s0[1-9]_*.py"))]
+
+
+def stages_from(first: str) -> list:
+    """The stages from `first` on, as pytest params: a later stage must keep an earlier one's promises."""
+    names = STAGE_NAMES[STAGE_NAMES.index(first):]
+    return [pytest.param(importlib.import_module(name), id=name) for name in names]
+
+
+def clean_env(**extra) -> dict:
+    """The environment for a stage run as a subprocess: no real key, no .env file, nothing inherited by chance."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("ANTHROPIC_") and key != "MODEL_ID"}
+    return {**env, "PYTHON_DOTENV_DISABLED": "1", **extra}
+
+
+def run_stage(script: Path, stdin: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a stage the way a user does, typing `stdin` at its prompt."""
+    return subprocess.run([sys.executable, str(script)], input=stdin, env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """An empty workspace folder; each stage's WORKDIR points at it for the test."""
+    for name in STAGE_NAMES:
+        monkeypatch.setattr(importlib.import_module(name), "WORKDIR", tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def scripted(monkeypatch, workspace):
+    """attach(stage, script) gives `stage` a scripted model and returns it (see fake_api.py)."""
+    def attach(stage, script, client=None):
+        client = client or ScriptedClient(script)
+        monkeypatch.setattr(stage, "client", client)
+        return client
+    return attach

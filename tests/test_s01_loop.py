@@ -1,0 +1,337 @@
+"""Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, STAGE_NAMES, clean_env, run_stage, stages_from
+from fake_api import FakeAPI, api_error, history_problem, reply, tool
+
+import s01_loop
+
+ALL_STAGES = stages_from("s01_loop")
+
+
+def tool_results(request: dict) -> list:
+    """The tool_result blocks a request sends back (in its last message)."""
+    return [block for block in request["messages"][-1]["content"] if block["type"] == "tool_result"]
+
+
+# -- the loop ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_loop_runs_the_tool_and_sends_its_result_back(stage, scripted, capsys):
+    """The heart of an agent: the model asks for a tool, the loop runs it, the result goes back,
+    and the loop ends when the model stops asking."""
+    model = scripted(stage, [reply(tool("bash", command="echo hello")), reply("It printed hello.")])
+    messages = []
+    stage.run_turn(messages, "say hello")
+    [result] = tool_results(model.requests[1])
+    assert "hello" in result["content"] and not result["is_error"]
+    assert "It printed hello." in capsys.readouterr().out
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_every_tool_call_of_a_reply_is_answered_in_one_message_in_order(stage, scripted):
+    """One reply may ask for several tools: all of them run, and all results go back together,
+    in the order of the calls, or the API rejects the next request."""
+    calls = [tool("bash", command="echo one"), tool("bash", command="echo two")]
+    model = scripted(stage, [reply(*calls), reply("done")])
+    stage.run_turn([], "go")
+    results = tool_results(model.requests[1])
+    assert [r["tool_use_id"] for r in results] == [c["id"] for c in calls]
+    assert "one" in results[0]["content"] and "two" in results[1]["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("reason", ["end_turn", "stop_sequence"])
+def test_a_finished_reply_prints_its_text_and_ends_the_turn(stage, reason, scripted, capsys):
+    """end_turn and stop_sequence mean the model is done: show the text, back to the prompt."""
+    model = scripted(stage, [reply("All done.", stop_reason=reason)])
+    messages = []
+    stage.run_turn(messages, "hi")
+    assert "All done." in capsys.readouterr().out
+    assert len(model.requests) == 1 and messages[-1]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_cut_off_tool_call_is_never_run(stage, scripted, workspace, capsys):
+    """A reply cut off at max_tokens may hold a half-written call: it is answered with an error,
+    not run, and the model gets another try."""
+    model = scripted(stage, [reply(tool("bash", command="touch ran"), stop_reason="max_tokens"), reply("ok")])
+    stage.run_turn([], "go")
+    assert not (workspace / "ran").exists()
+    [result] = tool_results(model.requests[1])
+    assert result["is_error"] and "max_tokens" in result["content"]
+    assert "cut off" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_cut_off_text_reply_tells_the_user(stage, scripted, capsys):
+    """A text reply cut at max_tokens is shown, with a note that it was cut."""
+    scripted(stage, [reply("The answer is", stop_reason="max_tokens")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "The answer is" in out and "cut off" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize(("reason", "said"), [("refusal", "declined"),
+                                              ("model_context_window_exceeded", "context window")])
+def test_a_turn_that_cannot_go_on_is_dropped_and_explained(stage, reason, said, scripted, capsys):
+    """A refusal or a full context window ends the turn: the user is told why, and the turn
+    leaves the history so the conversation can go on."""
+    scripted(stage, [reply("Sorry", stop_reason=reason), reply("hello again")])
+    messages = []
+    stage.run_turn(messages, "go")
+    assert said in capsys.readouterr().out and messages == []
+    stage.run_turn(messages, "hello")
+    assert history_problem(messages) is None
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_pause_turn_continues_the_turn(stage, scripted, capsys):
+    """pause_turn means the API paused a long turn: send the reply back and the model goes on."""
+    model = scripted(stage, [reply("Working", stop_reason="pause_turn"), reply("Finished.")])
+    stage.run_turn([], "go")
+    assert len(model.requests) == 2 and "Finished." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_an_empty_reply_keeps_the_history_valid(stage, scripted):
+    """A reply with no content must not become an empty assistant message: the API rejects
+    every later request that carries one."""
+    model = scripted(stage, [reply(), reply("fine")])
+    messages = []
+    stage.run_turn(messages, "one")
+    stage.run_turn(messages, "two")
+    assert history_problem(model.requests[1]["messages"]) is None
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_requests_ask_for_prompt_caching(stage, scripted):
+    """Every call re-sends the whole conversation, so each asks the API to cache it."""
+    model = scripted(stage, [reply("hi")])
+    stage.run_turn([], "hi")
+    assert model.requests[0]["cache_control"] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_usage_line_shows_the_context_growing(stage, scripted, capsys):
+    """After each model call a dim line shows the context size and the cache reads."""
+    scripted(stage, [reply(tool("bash", command="echo hi")), reply("done")])
+    stage.run_turn([], "go")
+    usage = [line for line in capsys.readouterr().out.splitlines() if "[context" in line]
+    sizes = [int(line.split("[context ")[1].split(" ")[0].replace(",", "")) for line in usage]
+    assert len(sizes) == 2 and sizes[1] > sizes[0]
+    assert "read from cache" in usage[1]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_model_id_comes_from_the_environment(stage, scripted, monkeypatch):
+    """MODEL_ID picks the model; without it the stage's default is used."""
+    model = scripted(stage, [reply("a"), reply("b")])
+    stage.run_turn([], "hi")
+    monkeypatch.setenv("MODEL_ID", "some-other-model")
+    stage.run_turn([], "hi")
+    assert [r["model"] for r in model.requests] == [stage.DEFAULT_MODEL, "some-other-model"]
+
+
+# -- when things go wrong ------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_api_error_drops_the_failed_turn_and_the_session_goes_on(stage, scripted, capsys):
+    """An API error half-way through a turn prints one line and drops the turn, so the history
+    holds no unanswered tool_use; the next turn is accepted by the (history-checking) API."""
+    script = [reply("first answer"), reply(tool("bash", command="echo hi")), api_error(500, "server broke"),
+              reply("still here")]
+    with FakeAPI(script) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+        assert "server broke" in capsys.readouterr().out
+        assert len(messages) == 2
+        stage.run_turn(messages, "three")
+    assert "still here" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_authentication_error_says_to_check_the_key(stage, scripted, capsys):
+    """A 401 is almost always a wrong key: say which setting to check."""
+    with FakeAPI([api_error(401, "invalid x-api-key")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "hi")
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_unreachable_api_says_so(stage, scripted, capsys):
+    """No server at ANTHROPIC_BASE_URL: one clear line, no traceback."""
+    with FakeAPI([]) as api:
+        client = api.client()
+    scripted(stage, None, client=client)
+    messages = []
+    stage.run_turn(messages, "hi")
+    assert "cannot reach the API" in capsys.readouterr().out and messages == []
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_ctrl_c_during_a_model_call_cancels_only_that_turn(stage, scripted, capsys):
+    """Ctrl-C while waiting for the model: the turn is cancelled, the history stays valid,
+    and the session goes on."""
+    def press_ctrl_c(request):
+        os.kill(os.getpid(), signal.SIGINT)
+        return reply("too late")
+    with FakeAPI([reply("first"), press_ctrl_c, reply("after")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+        assert "interrupted" in capsys.readouterr().out and len(messages) == 2
+        stage.run_turn(messages, "three")
+    assert history_problem(messages) is None
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_ctrl_c_during_a_tool_run_cancels_only_that_turn(stage, scripted, capsys):
+    """Ctrl-C while a command runs stops the command and the turn, not the program."""
+    ctrl_c = "kill -INT $PPID; sleep 20"  # the shell's parent is this process
+    scripted(stage, [reply(tool("bash", command=ctrl_c)), reply("after")])
+    messages = []
+    started = time.monotonic()
+    stage.run_turn(messages, "one")
+    assert time.monotonic() - started < 10 and messages == []
+    assert "interrupted" in capsys.readouterr().out
+    stage.run_turn(messages, "two")
+    assert history_problem(messages) is None
+
+
+# -- the bash tool -------------------------------------------------------------
+
+
+def run_bash_tool(stage, scripted, command: str) -> dict:
+    model = scripted(stage, [reply(tool("bash", command=command)), reply("ok")])
+    stage.run_turn([], "go")
+    return tool_results(model.requests[1])[0]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_bash_runs_in_the_workspace_with_stderr_included(stage, scripted, workspace):
+    """Commands run in WORKDIR, and the model sees stderr as well as stdout."""
+    result = run_bash_tool(stage, scripted, "pwd; echo oops >&2")
+    assert str(workspace) in result["content"] and "oops" in result["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_bash_reports_a_nonzero_exit_code(stage, scripted):
+    """A failing command says how it failed."""
+    assert "exit code 3" in run_bash_tool(stage, scripted, "exit 3")["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_bash_output_is_capped_with_a_marker(stage, scripted):
+    """Huge output is cut at MAX_OUTPUT, and the cut is said, so the model knows it saw part."""
+    content = run_bash_tool(stage, scripted, "head -c 60000 /dev/zero | tr '\\0' x")["content"]
+    assert len(content) < stage.MAX_OUTPUT + 200 and "characters cut" in content
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_bash_decodes_bad_bytes_without_crashing(stage, scripted):
+    """Output that is not UTF-8 is decoded with replacement characters."""
+    assert "\ufffd" in run_bash_tool(stage, scripted, "printf 'a\\377b'")["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_bash_times_out(stage, scripted, monkeypatch):
+    """A command that runs past BASH_TIMEOUT is stopped, and the result says it timed out."""
+    monkeypatch.setattr(stage, "BASH_TIMEOUT", 1)
+    assert "timed out" in run_bash_tool(stage, scripted, "exec sleep 20")["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_bad_tool_call_gets_an_error_result(stage, scripted):
+    """An unknown tool or a missing argument is answered with is_error, never a crash."""
+    model = scripted(stage, [reply(tool("fly"), tool("bash")), reply("ok")])
+    stage.run_turn([], "go")
+    unknown, missing = tool_results(model.requests[1])
+    assert unknown["is_error"] and "bash" in unknown["content"]
+    assert missing["is_error"] and "command" in missing["content"]
+
+
+# -- start-up, as a user runs it -------------------------------------------------
+
+
+def test_importing_a_stage_has_no_side_effects():
+    """Importing builds no client, reads no .env and needs no key: tests and readers can import any stage."""
+    code = "; ".join(f"import {name}; assert {name}.client is None" for name in STAGE_NAMES)
+    done = subprocess.run([sys.executable, "-c", code + "; print('ok')"], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.fixture
+def user_env(monkeypatch):
+    """The environment main() starts in: no key, no .env, no model chosen."""
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
+    return monkeypatch
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_missing_key_gives_one_clear_paragraph_and_exit_2(stage, user_env, capsys):
+    """Without ANTHROPIC_API_KEY, main() says what to set (and about the demo) and returns 2."""
+    assert stage.main() == 2
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY" in err and ".env.example" in err and "demo" in err
+
+
+def test_empty_base_url_means_the_default_api(monkeypatch):
+    """ANTHROPIC_BASE_URL= (empty, as in a copied .env.example) means unset, not an empty URL."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "")
+    assert str(s01_loop.make_client().base_url).startswith("https://api.anthropic.com")
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
+    """The stage as a user runs it: a prompt, a tool call over HTTP, the answer, then `q`."""
+    script = [reply(tool("bash", command="echo made > proof.txt")), reply("Made proof.txt.")]
+    with FakeAPI(script) as api:
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url)
+        done = run_stage(ROOT / f"{stage.__name__}.py", "make a file\nq\n", env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Made proof.txt." in done.stdout and (tmp_path / "proof.txt").read_text() == "made\n"
+    assert api.requests[0]["messages"][0]["content"] == "make a file"
+
+
+@pytest.mark.parametrize("typed", ["exit\n", "q\n", ""], ids=["exit", "q", "eof"])
+def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
+    """`q`, `exit` or end of input leave cleanly, without calling the model."""
+    with FakeAPI([]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        user_env.setattr("sys.stdin", io.StringIO(typed))
+        assert s01_loop.main() == 0
+    assert api.requests == []
+
+
+def test_settings_are_read_from_a_dotenv_file(tmp_path):
+    """A .env file beside the script supplies the settings (the environment wins over it)."""
+    script = tmp_path / "s01_loop.py"
+    script.write_text((ROOT / "s01_loop.py").read_text())
+    with FakeAPI([reply("configured by .env")]) as api:
+        (tmp_path / ".env").write_text(f"ANTHROPIC_API_KEY=from-dotenv\nANTHROPIC_BASE_URL={api.url}\nMODEL_ID=dotenv-model\n")
+        env = clean_env()
+        del env["PYTHON_DOTENV_DISABLED"]
+        done = run_stage(script, "hi\n", env, tmp_path)
+    assert "configured by .env" in done.stdout, done.stderr
+    assert api.requests[0]["model"] == "dotenv-model"

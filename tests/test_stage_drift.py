@@ -1,0 +1,57 @@
+"""The stages are copies of each other plus one lesson each. This keeps the copies honest:
+whatever consecutive stages share is identical, except what the later stage's lesson changes."""
+
+import ast
+import itertools
+
+import pytest
+from conftest import ROOT, STAGE_NAMES
+
+# What each stage changes in code it shares with the stage before it. New definitions are
+# not listed: they are the lesson itself. Keep this exact: the tests fail on a missing or extra name.
+CHANGED = {
+    "s02_tools": {"STAGE", "TOOLS", "run_tool"},
+}
+
+PAIRS = list(itertools.pairwise(STAGE_NAMES))
+
+
+def definitions(stage: str) -> dict:
+    """Top-level functions, classes and simple assignments of a stage: name -> source text."""
+    source = (ROOT / f"{stage}.py").read_text()
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = ast.get_source_segment(source, node)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.get_source_segment(source, node)
+    return found
+
+
+def drifted(earlier: str, later: str) -> set:
+    before, after = definitions(earlier), definitions(later)
+    return {name for name in before.keys() & after.keys() if before[name] != after[name]}
+
+
+@pytest.mark.parametrize(("earlier", "later"), PAIRS)
+def test_shared_code_is_copied_verbatim(earlier, later):
+    """Code a stage shares with the previous one is identical, unless the stage's lesson changes it.
+    If this fails, either carry your fix into every later stage, or list the change in CHANGED."""
+    unexplained = drifted(earlier, later) - CHANGED.get(later, set())
+    assert not unexplained, f"{later} changes {sorted(unexplained)} from {earlier} without saying so"
+
+
+@pytest.mark.parametrize(("earlier", "later"), PAIRS)
+def test_changes_listed_for_a_stage_are_real(earlier, later):
+    """Every name listed in CHANGED really differs, so the list is a true summary of the lesson."""
+    stale = CHANGED.get(later, set()) - drifted(earlier, later)
+    assert not stale, f"CHANGED lists {sorted(stale)} for {later}, but they are the same as in {earlier}"
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_no_stage_imports_another(stage):
+    """Each stage runs alone: it may import the standard library and the requirements, never a stage."""
+    tree = ast.parse((ROOT / f"{stage}.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not imported & set(STAGE_NAMES)
