@@ -109,12 +109,15 @@ def show_tool_call(block) -> None:
     print(dim(f"> {block.name}: {args[:120]}"))
 
 
+def context_tokens(usage) -> int:
+    """All the model read for one call: new input, plus what was read from or written to the cache."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+
+
 def show_usage(usage) -> None:
     """One line per model call: how big the context is, and how much came from the cache."""
-    cache_read = usage.cache_read_input_tokens or 0
-    cache_write = usage.cache_creation_input_tokens or 0
-    context = usage.input_tokens + cache_read + cache_write
-    print(dim(f"[context {context:,} tokens, {cache_read:,} read from cache; output {usage.output_tokens:,}]"))
+    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read from cache; "
+              f"output {usage.output_tokens:,}]"))
 
 
 def text_of(content) -> str:

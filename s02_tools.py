@@ -192,11 +192,11 @@ def tool_result(block, text: str, is_error: bool = False) -> dict:
 
 def run_tool(block) -> dict:
     """Run one tool_use block by name. Whatever the model sent, answer with a tool_result."""
-    if block.name not in TOOL_HANDLERS:
-        return tool_result(block, f"error: unknown tool {block.name!r}; the tools are {', '.join(TOOL_HANDLERS)}", True)
-    schema = next(tool["input_schema"] for tool in TOOLS if tool["name"] == block.name)
+    schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
+    if block.name not in schemas:
+        return tool_result(block, f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}", True)
     args = {name: value for name, value in block.input.items() if value is not None}  # null means "not given"
-    problem = check_args(schema, args)
+    problem = check_args(schemas[block.name], args)
     if problem:
         return tool_result(block, f"error: {block.name}: {problem}", True)
     show_tool_call(block)
@@ -222,12 +222,15 @@ def show_tool_call(block) -> None:
     print(dim(f"> {block.name}: {args[:120]}"))
 
 
+def context_tokens(usage) -> int:
+    """All the model read for one call: new input, plus what was read from or written to the cache."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+
+
 def show_usage(usage) -> None:
     """One line per model call: how big the context is, and how much came from the cache."""
-    cache_read = usage.cache_read_input_tokens or 0
-    cache_write = usage.cache_creation_input_tokens or 0
-    context = usage.input_tokens + cache_read + cache_write
-    print(dim(f"[context {context:,} tokens, {cache_read:,} read from cache; output {usage.output_tokens:,}]"))
+    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read from cache; "
+              f"output {usage.output_tokens:,}]"))
 
 
 def text_of(content) -> str:

@@ -13,6 +13,8 @@ CHANGED = {
     "s02_tools": {"STAGE", "TOOLS", "run_tool"},
     # every file tool now goes through safe_path; bash is checked and hardened
     "s03_safety": {"STAGE", "run_bash", "read_file", "write_file", "edit_file", "list_dir"},
+    # the loop's pieces take the tools (and the child's indent) as arguments, so two agents share them
+    "s04_subagent": {"STAGE", "system_prompt", "run_tool", "show_tool_call", "call_model", "take_reply", "agent_loop"},
 }
 
 PAIRS = list(itertools.pairwise(STAGE_NAMES))

@@ -1,0 +1,177 @@
+"""Stage 4: the subagent. A `task` tool runs a child agent in a fresh conversation and gives the
+parent only its final text. Each test scripts both models: the parent's calls and the child's."""
+
+import os
+import signal
+
+import pytest
+from fake_api import FakeAPI, api_error, history_problem, reply, tool
+
+import s04_subagent as s04
+
+CHILD_NAMES = ["bash", "read_file", "write_file", "edit_file", "list_dir"]
+
+
+def tool_names(request: dict) -> list:
+    return [t["name"] for t in request["tools"]]
+
+
+def is_child(request: dict) -> bool:
+    return "task" not in tool_names(request)
+
+
+def delegate(prompt: str = "Find where the tests live.", description: str = "explore tests") -> dict:
+    """The parent's reply that hands `prompt` to a subagent."""
+    return reply(tool("task", prompt=prompt, description=description))
+
+
+def task_result(model) -> dict:
+    """The tool_result the parent got back for its task call."""
+    after = [r for r in model.requests if not is_child(r)][1]
+    return after["messages"][-1]["content"][0]
+
+
+def test_the_child_has_the_s03_tools_and_the_parent_adds_only_task():
+    """CHILD_TOOLS are s03's five tools; PARENT_TOOLS are those plus task, and nothing else."""
+    assert [t["name"] for t in s04.CHILD_TOOLS] == CHILD_NAMES
+    assert [t["name"] for t in s04.PARENT_TOOLS] == [*CHILD_NAMES, "task"]
+
+
+def test_the_child_starts_from_a_fresh_conversation_holding_only_the_prompt(scripted):
+    """Context isolation: the child sees the task prompt and nothing of the parent's conversation,
+    with its own system prompt and without the task tool."""
+    model = scripted(s04, [reply("earlier answer"), delegate("List the test files."), reply("tests/ has 4 files."),
+                           reply("Done.")])
+    messages = []
+    s04.run_turn(messages, "a first, unrelated question")
+    s04.run_turn(messages, "where are the tests?")
+    [child] = [r for r in model.requests if is_child(r)]
+    assert child["messages"] == [{"role": "user", "content": "List the test files."}]
+    assert child["system"] == s04.child_system_prompt() != s04.system_prompt()
+    assert tool_names(child) == CHILD_NAMES
+
+
+def test_only_the_childs_final_text_reaches_the_parent(scripted, workspace):
+    """What the child read stays in the child: the parent gets its summary as the task result."""
+    (workspace / "big.txt").write_text("DETAIL-" * 2000)
+    model = scripted(s04, [delegate(), reply(tool("read_file", path="big.txt")), reply("big.txt repeats DETAIL."),
+                           reply("Summary received.")])
+    s04.run_turn([], "what is in big.txt?")
+    result = task_result(model)
+    assert result["content"] == "big.txt repeats DETAIL." and not result["is_error"]
+    parent_after = [r for r in model.requests if not is_child(r)][1]
+    assert "DETAIL-DETAIL" not in str(parent_after["messages"])
+
+
+def test_the_parent_history_grows_by_one_tool_use_and_one_tool_result(scripted):
+    """However many turns the child takes, the parent's history gets one task call and its result."""
+    scripted(s04, [delegate(), reply(tool("bash", command="ls")), reply(tool("bash", command="pwd")), reply("found"),
+                   reply("Done.")])
+    messages = []
+    s04.run_turn(messages, "explore")
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert [b.type for b in messages[1]["content"]] == ["tool_use"]
+    assert [b["type"] for b in messages[2]["content"]] == ["tool_result"]
+
+
+def test_a_child_that_calls_task_gets_an_unknown_tool_error(scripted):
+    """Recursion is impossible by construction: task is not among the child's tools, so a child
+    that names it anyway is told it does not exist."""
+    model = scripted(s04, [delegate(), reply(tool("task", prompt="go deeper")), reply("I could not delegate."),
+                           reply("Done.")])
+    s04.run_turn([], "go")
+    child_second = [r for r in model.requests if is_child(r)][1]
+    result = child_second["messages"][-1]["content"][0]
+    assert result["is_error"] and "unknown tool 'task'" in result["content"]
+    assert len([r for r in model.requests if is_child(r)]) == 2  # no grandchild was started
+
+
+def test_the_child_works_behind_the_same_fences(scripted, workspace):
+    """The child's tools go through the same safe_path and check_command as the parent's."""
+    model = scripted(s04, [delegate(), reply(tool("read_file", path="../outside.txt"), tool("bash", command="sudo ls")),
+                           reply("Both were refused."), reply("Done.")])
+    s04.run_turn([], "go")
+    escape, sudo = [r for r in model.requests if is_child(r)][1]["messages"][-1]["content"]
+    assert escape["is_error"] and "outside the workspace" in escape["content"]
+    assert sudo["is_error"] and "refused, not run" in sudo["content"]
+
+
+def test_a_child_that_hits_the_turn_cap_says_it_did_not_finish(scripted):
+    """After SUBAGENT_MAX_TURNS model calls the child is stopped, and the parent is told plainly,
+    with the child's last text, instead of receiving a partial answer dressed up as a summary."""
+    busy = [reply(f"still looking ({n})", tool("bash", command="true")) for n in range(s04.SUBAGENT_MAX_TURNS)]
+    model = scripted(s04, [delegate(), *busy, reply("The child gave up.")])
+    s04.run_turn([], "go")
+    assert len([r for r in model.requests if is_child(r)]) == s04.SUBAGENT_MAX_TURNS == 30
+    content = task_result(model)["content"]
+    assert "stopped after 30 turns without finishing" in content and "still looking (29)" in content
+
+
+def test_a_child_with_no_final_text_gives_a_placeholder(scripted):
+    """A child that ends without any text still answers: with an explicit placeholder."""
+    model = scripted(s04, [delegate(), reply(), reply("Done.")])
+    s04.run_turn([], "go")
+    assert task_result(model)["content"] == "(subagent returned no text)"
+
+
+def test_an_api_error_inside_the_child_is_an_error_result_and_the_parent_carries_on(scripted, capsys):
+    """The child's API call fails: the parent gets an is_error result describing it, and goes on."""
+    with FakeAPI([delegate(), api_error(500, "child call broke"), reply("The subagent failed; I will look myself.")]) as api:
+        scripted(s04, None, client=api.client())
+        messages = []
+        s04.run_turn(messages, "go")
+        result = api.requests[2]["messages"][-1]["content"][0]
+    assert result["is_error"] and "subagent stopped" in result["content"] and "child call broke" in result["content"]
+    assert "I will look myself." in capsys.readouterr().out and history_problem(messages) is None
+
+
+def test_ctrl_c_while_the_child_works_returns_to_the_prompt_with_a_valid_history(scripted, capsys):
+    """Ctrl-C during the child's model call stops the child and the parent's turn; the session goes on."""
+    def press_ctrl_c(request):
+        os.kill(os.getpid(), signal.SIGINT)
+        return reply("too late")
+    with FakeAPI([reply("first"), delegate(), press_ctrl_c, reply("after")]) as api:
+        scripted(s04, None, client=api.client())
+        messages = []
+        s04.run_turn(messages, "one")
+        s04.run_turn(messages, "two")
+        assert "interrupted" in capsys.readouterr().out and len(messages) == 2
+        s04.run_turn(messages, "three")
+    assert history_problem(messages) is None and "after" in capsys.readouterr().out
+
+
+def test_the_learner_sees_the_task_the_childs_calls_indented_and_one_summary_line(scripted, capsys):
+    """The terminal shows the nesting: the task with its description, the child's calls indented
+    beneath it, then one line with turns, tools, seconds and tokens (never sent to the model)."""
+    model = scripted(s04, [delegate(description="count files"), reply(tool("bash", command="ls"), tool("bash", command="pwd")),
+                           reply("3 files"), reply("There are 3 files.")])
+    s04.run_turn([], "how many files?")
+    lines = capsys.readouterr().out.splitlines()
+    task = next(i for i, line in enumerate(lines) if "> task: count files" in line)
+    child_calls = [line for line in lines[task:] if "    > bash:" in line]
+    summary = [line for line in lines if "= subagent:" in line]
+    assert len(child_calls) == 2 and len(summary) == 1
+    assert "2 turns" in summary[0] and "bash x2" in summary[0] and "tokens" in summary[0] and "s," in summary[0]
+    assert "= subagent" not in str(model.requests)
+
+
+def test_the_usage_line_shows_the_parents_context_staying_small(scripted, workspace, capsys):
+    """Only the parent's calls print a usage line, and delegating a large read barely grows it."""
+    for n in range(10):
+        (workspace / f"f{n}.txt").write_text("x" * 4000)
+    reads = reply(*[tool("read_file", path=f"f{n}.txt") for n in range(10)])
+    scripted(s04, [delegate(), reads, reply("Ten files of x."), reply("Done.")])
+    s04.run_turn([], "read everything")
+    usage = [line for line in capsys.readouterr().out.splitlines() if "[context" in line]
+    sizes = [int(line.split("[context ")[1].split(" ")[0].replace(",", "")) for line in usage]
+    assert len(sizes) == 2  # the parent's two calls; the child's calls print none
+    assert sizes[1] - sizes[0] < 500  # the child read about 10,000 tokens
+
+
+@pytest.mark.parametrize("prompt", [123, None])
+def test_a_task_call_without_a_prompt_string_is_an_error(prompt, scripted):
+    """The task tool's arguments are checked like any other tool's: no child starts."""
+    model = scripted(s04, [reply(tool("task", prompt=prompt)), reply("ok")])
+    s04.run_turn([], "go")
+    assert model.requests[1]["messages"][-1]["content"][0]["is_error"]
+    assert not [r for r in model.requests if is_child(r)]
