@@ -82,14 +82,13 @@ def tool_result(block, text: str, is_error: bool = False) -> dict:
     return {"type": "tool_result", "tool_use_id": block.id, "content": text, "is_error": is_error}
 
 
-def run_tool(block) -> dict:
-    """Run one tool_use block. Whatever the model sent, answer with a tool_result."""
+def dispatch(block) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
     if block.name != "bash":
         return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'", True)
     command = block.input.get("command")
     if not isinstance(command, str):
         return tool_result(block, "error: bash needs a 'command' string", True)
-    show_tool_call(block)
     return tool_result(block, run_bash(command))
 
 
@@ -107,6 +106,20 @@ def dim(text: str) -> str:
 def show_tool_call(block) -> None:
     args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
     print(dim(f"> {block.name}: {args[:120]}"))
+
+
+def show_tool_result(result: dict) -> None:
+    lines = result["content"].splitlines() or [""]
+    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    print(dim(f"  {lines[0][:120]}{more}"))
+
+
+def run_tool(block) -> dict:
+    """Run one tool call, showing the call and the first line of its result."""
+    show_tool_call(block)
+    result = dispatch(block)
+    show_tool_result(result)
+    return result
 
 
 def context_tokens(usage) -> int:
@@ -159,6 +172,8 @@ def take_reply(messages: list, response) -> str | None:
             messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
             return None
     if reason == "tool_use" and calls:
+        if text_of(response.content):  # what the model says while it works
+            print(text_of(response.content))
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
         return None
     return text_of(response.content)

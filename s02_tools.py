@@ -190,8 +190,8 @@ def tool_result(block, text: str, is_error: bool = False) -> dict:
     return {"type": "tool_result", "tool_use_id": block.id, "content": text, "is_error": is_error}
 
 
-def run_tool(block) -> dict:
-    """Run one tool_use block by name. Whatever the model sent, answer with a tool_result."""
+def dispatch(block) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
     schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
     if block.name not in schemas:
         return tool_result(block, f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}", True)
@@ -199,7 +199,6 @@ def run_tool(block) -> dict:
     problem = check_args(schemas[block.name], args)
     if problem:
         return tool_result(block, f"error: {block.name}: {problem}", True)
-    show_tool_call(block)
     try:
         return tool_result(block, TOOL_HANDLERS[block.name](**args))
     except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
@@ -220,6 +219,20 @@ def dim(text: str) -> str:
 def show_tool_call(block) -> None:
     args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
     print(dim(f"> {block.name}: {args[:120]}"))
+
+
+def show_tool_result(result: dict) -> None:
+    lines = result["content"].splitlines() or [""]
+    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    print(dim(f"  {lines[0][:120]}{more}"))
+
+
+def run_tool(block) -> dict:
+    """Run one tool call, showing the call and the first line of its result."""
+    show_tool_call(block)
+    result = dispatch(block)
+    show_tool_result(result)
+    return result
 
 
 def context_tokens(usage) -> int:
@@ -272,6 +285,8 @@ def take_reply(messages: list, response) -> str | None:
             messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
             return None
     if reason == "tool_use" and calls:
+        if text_of(response.content):  # what the model says while it works
+            print(text_of(response.content))
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
         return None
     return text_of(response.content)
