@@ -291,7 +291,8 @@ def test_missing_key_gives_one_clear_paragraph_and_exit_2(stage, user_env, capsy
     """Without ANTHROPIC_API_KEY, main() says what to set (and about the demo) and returns 2."""
     assert stage.main() == 2
     err = capsys.readouterr().err
-    assert "ANTHROPIC_API_KEY" in err and ".env.example" in err and "demo" in err
+    assert "ANTHROPIC_API_KEY" in err and ".env.example" in err
+    assert f"python tests/demo.py {stage.STAGE}" in err
 
 
 def test_empty_base_url_means_the_default_api(monkeypatch):
@@ -335,3 +336,13 @@ def test_settings_are_read_from_a_dotenv_file(tmp_path):
         done = run_stage(script, "hi\n", env, tmp_path)
     assert "configured by .env" in done.stdout, done.stderr
     assert api.requests[0]["model"] == "dotenv-model"
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(stage, scripted, capsys):
+    """The terminal shows what the agent does: what the model says while it works, each tool
+    call, and the first line of each result (the model gets the whole result)."""
+    scripted(stage, [reply("Let me look.", tool("bash", command="printf 'one\\ntwo\\nthree\\n'")), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "Let me look." in out and "> bash: printf" in out and "one (+2 lines)" in out
