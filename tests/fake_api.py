@@ -171,7 +171,7 @@ class FakeAPI:
         return anthropic.Anthropic(api_key="test-key", base_url=self.url, max_retries=0)
 
     def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()  # quick shutdown
         return self
 
     def __exit__(self, *exc):

@@ -252,7 +252,7 @@ def test_bash_decodes_bad_bytes_without_crashing(stage, scripted):
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_times_out(stage, scripted, monkeypatch):
     """A command that runs past BASH_TIMEOUT is stopped, and the result says it timed out."""
-    monkeypatch.setattr(stage, "BASH_TIMEOUT", 1)
+    monkeypatch.setattr(stage, "BASH_TIMEOUT", 0.3)
     assert "timed out" in run_bash_tool(stage, scripted, "exec sleep 20")["content"]
 
 

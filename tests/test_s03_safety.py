@@ -237,7 +237,7 @@ def test_a_background_child_neither_holds_the_call_open_nor_outlives_it(stage, s
 def test_a_timeout_kills_the_whole_process_group(stage, scripted, workspace, monkeypatch):
     """At the timeout every process the command started is killed: the child that would write
     late.txt later is already dead when the call returns, so it never writes it."""
-    monkeypatch.setattr(stage, "BASH_TIMEOUT", 1)
+    monkeypatch.setattr(stage, "BASH_TIMEOUT", 0.3)
     result = call(stage, scripted, "bash", command="(sleep 3; touch late.txt) & echo $! > pid; sleep 20")
     assert "timed out" in result["content"]
     assert dies_at_once(int((workspace / "pid").read_text()))

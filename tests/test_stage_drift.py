@@ -2,6 +2,7 @@
 whatever consecutive stages share is identical, except what the later stage's lesson changes."""
 
 import ast
+import functools
 import itertools
 
 import pytest
@@ -21,6 +22,7 @@ CHANGED = {
 PAIRS = list(itertools.pairwise(STAGE_NAMES))
 
 
+@functools.cache
 def definitions(stage: str) -> dict:
     """Top-level functions, classes and simple assignments of a stage: name -> source text."""
     source = (ROOT / f"{stage}.py").read_text()
