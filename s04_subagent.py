@@ -255,7 +255,7 @@ def tokenize(script: str) -> list:
             end = i + 2
             while end < len(script) and script[end] != "'":
                 end += 2 if script[end] == "\\" else 1
-            text = script[i + 2:end].encode("latin-1", "backslashreplace").decode("unicode_escape")
+            text = script[i + 2:end].encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
             word, in_word, i = word + text, True, end + 1
         elif char == '"':  # inside double quotes, $(...) and `...` still run
             i += 1
@@ -357,6 +357,8 @@ def unwrap(words: list) -> list:
 
 def where(word: str) -> Path | None:
     """The absolute path a command argument names, or None when the filter cannot tell ($VAR, ~user)."""
+    if "\0" in word:
+        return None
     text = os.path.expanduser(os.path.expandvars(word))
     if text.startswith("~") or "$" in text:
         return None

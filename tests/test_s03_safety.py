@@ -188,6 +188,16 @@ def test_check_command_keeps_ordinary_work_working(stage, command, workspace):
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("command", ["echo $'\\uf}'", "echo $'\\0' > x", "rm -rf ~$'\\0'", "echo $(ls", "echo 'open",
+                                     'echo "open', "cat <<EOF", "`", "((", "))", "|| &&", ""])
+def test_check_command_judges_malformed_input_without_crashing(stage, command, workspace):
+    """Half-finished quotes, broken escapes and NUL bytes get a verdict, not an exception.
+    (Found by fuzzing: a crash here would refuse the command with a confusing message.)"""
+    verdict = stage.check_command(command)
+    assert verdict is None or isinstance(verdict, str)
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_check_command_never_runs_anything(stage, workspace):
     """check_command is pure: judging `touch proof` does not create proof."""
     assert stage.check_command("touch proof; $(touch proof2)") is None
