@@ -513,16 +513,6 @@ def check_command(command: str) -> str | None:
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
-# -- the tools ---------------------------------------------------------------
-
-
-def cap(text: str) -> str:
-    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
-    if len(text) <= MAX_OUTPUT:
-        return text
-    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
-
-
 def command_env() -> dict:
     """The agent's environment without its secrets: the command needs none of them."""
     return {name: value for name, value in os.environ.items()
@@ -545,12 +535,24 @@ def read_output(process) -> tuple:
         if size > MAX_OUTPUT:  # never hold much more than the model will see
             return b"".join(chunks), f"output passed {MAX_OUTPUT:,} characters"
         if ready and not chunk:  # end of output: now wait for the shell itself
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 process.wait(timeout=max(deadline - time.monotonic(), 0))
-                return b"".join(chunks), None
-        elif not ready and process.poll() is not None:
+            except subprocess.TimeoutExpired:
+                break
+            return b"".join(chunks), None
+        if not ready and process.poll() is not None:
             return b"".join(chunks), None
     return b"".join(chunks), f"timed out after {BASH_TIMEOUT}s"
+
+
+# -- the tools ---------------------------------------------------------------
+
+
+def cap(text: str) -> str:
+    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 
 def run_bash(command: str) -> str:
