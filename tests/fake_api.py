@@ -128,7 +128,9 @@ class ScriptedClient:
     def create(self, **request):
         answer = self.script.next_reply(as_json(request))
         if "error_status" in answer:
-            raise AssertionError(f"{answer['message']} (api_error() needs FakeAPI: the real SDK makes the exception)")
+            # The real API would answer with this HTTP error; a test that wants the SDK's
+            # exception for it uses FakeAPI, where the real SDK makes that exception.
+            raise AssertionError(f"the API would answer {answer['error_status']}: {answer['message']}")
         return anthropic.types.Message.model_validate(answer)
 
 

@@ -130,7 +130,7 @@ REFUSED = {
     "recursive deletion": ["rm -rf /", "rm -rf /*", "rm -fr /", "rm -r -f /", "rm -R /usr", "rm --recursive --force /",
                            "rm / -rf", "rm -rf -- /", "rm -rf --no-preserve-root /", "rm -rf ~", "rm -rf ~/",
                            'rm -rf "$HOME"', "rm -rf /etc", "rm -rf ../x", "rm -rf /tmp/../etc", "rm -rf .",
-                           "rm -rf *", "find / -delete", "find .. -name '*.py' -delete", "rm /dev/null"],
+                           "rm -rf *", "rm -rf /tmp/build", "find / -delete", "find .. -name '*.py' -delete", "rm /dev/null"],
     "ownership and modes": ["chmod -R 777 /", "chmod 777 -R /etc", "chmod --recursive 755 /usr",
                             "chown -R nobody /", "chgrp -R staff /var"],
     "fork bombs and killing everything": [":(){ :|:& };:", "bomb() { bomb | bomb & }; bomb", "kill -9 -1",

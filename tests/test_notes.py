@@ -1,0 +1,83 @@
+"""The notes are part of the course: what they name must exist, so a reader never follows a dead end."""
+
+import ast
+import re
+
+import pytest
+from conftest import ROOT, STAGE_NAMES
+
+NOTES = sorted((ROOT / "notes").glob("*.md"))
+DOCUMENTS = [*NOTES, ROOT / "README.md"]
+STAGE_NOTES = [ROOT / "notes" / f"{stage}.md" for stage in STAGE_NAMES]
+
+
+def defined_tests(path) -> set:
+    tree = ast.parse(path.read_text())
+    return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+ALL_TESTS = set().union(*(defined_tests(path) for path in (ROOT / "tests").glob("test_*.py")))
+
+
+def top_level_names(stage: str) -> set:
+    tree = ast.parse((ROOT / f"{stage}.py").read_text())
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return names | {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)}
+
+
+def test_there_is_a_note_per_stage_and_a_course_map():
+    """notes/README.md plus one note for each stage, named after its script."""
+    assert {path.name for path in NOTES} == {"README.md", *(f"{stage}.md" for stage in STAGE_NAMES)}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+def test_every_test_and_test_file_a_document_names_exists(document):
+    """A note that says "run test_x" or "add to tests/test_y.py" points at something real."""
+    text = document.read_text()
+    files = set(re.findall(r"tests/[a-z0-9_]+\.py", text))
+    assert not [f for f in files if not (ROOT / f).exists()]
+    stems = {f.removeprefix("tests/").removesuffix(".py") for f in files}
+    named_tests = set(re.findall(r"\btest_[a-z0-9_]+\b", text)) - stems
+    assert not named_tests - ALL_TESTS, f"no such tests: {sorted(named_tests - ALL_TESTS)}"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+def test_every_pytest_selection_a_document_shows_selects_tests(document):
+    """`pytest tests/test_x.py -k words` in a note selects at least one test for each word."""
+    for file, expression in re.findall(r"pytest (tests/[a-z0-9_]+\.py) -k (\"[^\"]+\"|\S+)", document.read_text()):
+        names = defined_tests(ROOT / file)
+        for word in expression.strip('"').split(" or "):
+            assert any(word in name for name in names), f"-k {word} selects nothing in {file}"
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_every_function_a_note_walks_through_exists_in_its_stage(stage):
+    """The code walk-through names functions and constants in bold code: each is in the script."""
+    text = (ROOT / "notes" / f"{stage}.md").read_text()
+    mentioned = set(re.findall(r"\*\*`([A-Za-z_][A-Za-z0-9_]*)[^`]*`\*\*", text))  # **`name(args)`**
+    assert mentioned, "the walk-through names no code"
+    assert not mentioned - top_level_names(stage), f"not in {stage}.py: {sorted(mentioned - top_level_names(stage))}"
+
+
+@pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
+def test_each_note_ends_with_three_to_five_exercises_that_name_a_test_file(note):
+    """Exercises are "break it" or "extend it", and each says which test file to run or add to."""
+    exercises = note.read_text().split("## Exercises")[1]
+    items = re.split(r"\n(?=\d\. )", exercises.strip())
+    assert 3 <= len(items) <= 5
+    for item in items:
+        assert re.match(r"\d\. \*\*(Break|Extend) it", item), item[:60]
+        assert "tests/" in item, item[:60]
+
+
+@pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
+def test_each_note_has_the_sections_a_reader_expects(note):
+    """Problem, idea (with a diagram), code, what changed (with the diff command), try it, limits."""
+    text = note.read_text()
+    for heading in ("## The problem", "## The idea", "## The code", "## What changed", "## Try it", "## Known limits"):
+        assert heading in text
+    assert "```" in text.split("## The idea")[1].split("## The code")[0]
+    if note.stem != STAGE_NAMES[0]:
+        previous = STAGE_NAMES[STAGE_NAMES.index(note.stem) - 1]
+        assert f"diff -u {previous}.py {note.stem}.py" in text
