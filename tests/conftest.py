@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_api import ScriptedClient
+from fake_api import FakeAPI, ScriptedClient, history_problem, press_ctrl_c, reply
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_NAMES = [path.stem for path in sorted(ROOT.glob("s0[1-9]_*.py"))]
@@ -48,3 +48,15 @@ def scripted(monkeypatch, workspace):
         monkeypatch.setattr(stage, "client", client)
         return client
     return attach
+
+
+def ctrl_c_cancels_only_that_turn(stage, scripted, capsys, turn_so_far: list) -> None:
+    """Turn one is answered; turn two plays `turn_so_far`, then Ctrl-C; turn three must work."""
+    with FakeAPI([reply("first"), *turn_so_far, press_ctrl_c, reply("after")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+        assert "interrupted" in capsys.readouterr().out and len(messages) == 2
+        stage.run_turn(messages, "three")
+    assert history_problem(messages) is None and "after" in capsys.readouterr().out

@@ -16,6 +16,8 @@ Both record every request they get, as JSON-like dicts, in `.requests`.
 
 import itertools
 import json
+import os
+import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -39,6 +41,12 @@ def reply(*blocks, stop_reason: str | None = None) -> dict:
     if stop_reason is None:
         stop_reason = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
     return {"content": content, "stop_reason": stop_reason}
+
+
+def press_ctrl_c(request: dict) -> dict:
+    """A script item: the user presses Ctrl-C while the model is thinking (use it with FakeAPI)."""
+    os.kill(os.getpid(), signal.SIGINT)
+    return reply("never seen: the interrupt arrives first")
 
 
 def api_error(status: int, message: str) -> dict:

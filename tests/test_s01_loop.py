@@ -1,14 +1,12 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
 import io
-import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import ROOT, STAGE_NAMES, clean_env, run_stage, stages_from
+from conftest import ROOT, STAGE_NAMES, clean_env, ctrl_c_cancels_only_that_turn, run_stage, stages_from
 from fake_api import FakeAPI, api_error, history_problem, reply, tool
 
 import s01_loop
@@ -187,17 +185,7 @@ def test_unreachable_api_says_so(stage, scripted, capsys):
 def test_ctrl_c_during_a_model_call_cancels_only_that_turn(stage, scripted, capsys):
     """Ctrl-C while waiting for the model: the turn is cancelled, the history stays valid,
     and the session goes on."""
-    def press_ctrl_c(request):
-        os.kill(os.getpid(), signal.SIGINT)
-        return reply("too late")
-    with FakeAPI([reply("first"), press_ctrl_c, reply("after")]) as api:
-        scripted(stage, None, client=api.client())
-        messages = []
-        stage.run_turn(messages, "one")
-        stage.run_turn(messages, "two")
-        assert "interrupted" in capsys.readouterr().out and len(messages) == 2
-        stage.run_turn(messages, "three")
-    assert history_problem(messages) is None
+    ctrl_c_cancels_only_that_turn(stage, scripted, capsys, turn_so_far=[])
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

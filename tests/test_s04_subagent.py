@@ -1,10 +1,9 @@
 """Stage 4: the subagent. A `task` tool runs a child agent in a fresh conversation and gives the
 parent only its final text. Each test scripts both models: the parent's calls and the child's."""
 
-import os
-import signal
 
 import pytest
+from conftest import ctrl_c_cancels_only_that_turn
 from fake_api import FakeAPI, api_error, history_problem, reply, tool
 
 import s04_subagent as s04
@@ -127,17 +126,7 @@ def test_an_api_error_inside_the_child_is_an_error_result_and_the_parent_carries
 
 def test_ctrl_c_while_the_child_works_returns_to_the_prompt_with_a_valid_history(scripted, capsys):
     """Ctrl-C during the child's model call stops the child and the parent's turn; the session goes on."""
-    def press_ctrl_c(request):
-        os.kill(os.getpid(), signal.SIGINT)
-        return reply("too late")
-    with FakeAPI([reply("first"), delegate(), press_ctrl_c, reply("after")]) as api:
-        scripted(s04, None, client=api.client())
-        messages = []
-        s04.run_turn(messages, "one")
-        s04.run_turn(messages, "two")
-        assert "interrupted" in capsys.readouterr().out and len(messages) == 2
-        s04.run_turn(messages, "three")
-    assert history_problem(messages) is None and "after" in capsys.readouterr().out
+    ctrl_c_cancels_only_that_turn(s04, scripted, capsys, turn_so_far=[delegate()])  # the child's call is interrupted
 
 
 def test_the_learner_sees_the_task_the_childs_calls_indented_and_one_summary_line(scripted, capsys):
