@@ -813,6 +813,7 @@ def make_client():
 
 def main() -> int:
     global client
+    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show is printed as "?"
     load_dotenv()
     client = make_client()
     if client is None:

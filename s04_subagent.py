@@ -705,8 +705,9 @@ def dim(text: str) -> str:
 
 
 def show_tool_call(block, indent: str = "") -> None:
-    args = block.input.get("description") or " ".join(str(value) for value in block.input.values())
-    print(dim(f"{indent}> {block.name}: {args.replace(chr(10), ' ')[:120]}"))
+    args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
+    label = block.input.get("description")  # shown before the arguments are checked: any type may come
+    print(dim(f"{indent}> {block.name}: {label if isinstance(label, str) and label else args[:120]}"))
 
 
 def show_tool_result(result: dict, indent: str = "") -> None:
@@ -879,6 +880,7 @@ def make_client():
 
 def main() -> int:
     global client
+    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show is printed as "?"
     load_dotenv()
     client = make_client()
     if client is None:

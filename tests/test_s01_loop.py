@@ -313,6 +313,20 @@ def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
     assert api.requests == []
 
 
+def test_a_character_the_terminal_cannot_show_does_not_end_the_session(user_env):
+    """On a terminal that cannot show an emoji, it is printed as "?" and the session goes on."""
+    terminal = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    with FakeAPI([reply("Done \u2705"), reply("second turn")]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        user_env.setattr("sys.stdin", io.StringIO("hi\nagain\n"))
+        user_env.setattr("sys.stdout", terminal)
+        assert s01_loop.main() == 0
+    terminal.flush()
+    shown = terminal.buffer.getvalue().decode("ascii")
+    assert "Done ?" in shown and "second turn" in shown
+
+
 def test_settings_are_read_from_a_dotenv_file(tmp_path):
     """A .env file beside the script supplies the settings (the environment wins over it)."""
     script = tmp_path / "s01_loop.py"

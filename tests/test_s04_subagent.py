@@ -157,10 +157,10 @@ def test_the_usage_line_shows_the_parents_context_staying_small(scripted, worksp
     assert sizes[1] - sizes[0] < 500  # the child read about 10,000 tokens
 
 
-@pytest.mark.parametrize("prompt", [123, None])
-def test_a_task_call_without_a_prompt_string_is_an_error(prompt, scripted):
-    """The task tool's arguments are checked like any other tool's: no child starts."""
-    model = scripted(s04, [reply(tool("task", prompt=prompt)), reply("ok")])
+@pytest.mark.parametrize("tool_input", [{"prompt": 123}, {"prompt": None}, {"prompt": "go", "description": 7}])
+def test_a_task_call_with_bad_arguments_is_an_error_and_starts_no_child(tool_input, scripted):
+    """The task tool's arguments are checked like any other tool's (and shown without crashing)."""
+    model = scripted(s04, [reply(tool("task", **tool_input)), reply("ok")])
     s04.run_turn([], "go")
     assert model.requests[1]["messages"][-1]["content"][0]["is_error"]
     assert not [r for r in model.requests if is_child(r)]
