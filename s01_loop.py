@@ -137,7 +137,7 @@ def text_of(content) -> str:
     return "\n".join(block.text for block in content if block.type == "text")
 
 
-def call_model(messages: list) -> object:
+def call_model(messages: list) -> anthropic.types.Message:
     return client.messages.create(
         model=os.environ.get("MODEL_ID") or DEFAULT_MODEL,
         system=system_prompt(),
