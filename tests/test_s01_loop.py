@@ -161,6 +161,18 @@ def test_api_error_drops_the_failed_turn_and_the_session_goes_on(stage, scripted
     assert "still here" in capsys.readouterr().out
 
 
+def test_an_overloaded_api_is_retried_by_the_sdk(scripted, monkeypatch, capsys):
+    """Retrying 429, 529 and 5xx is the SDK's job: the client main() builds keeps its retries,
+    so a passing overload costs a short wait, not the turn."""
+    with FakeAPI([api_error(529, "overloaded"), reply("made it")]) as api:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        scripted(s01_loop, None, client=s01_loop.make_client())
+        s01_loop.run_turn([], "hi")
+        assert len(api.requests) == 2
+    assert "made it" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_authentication_error_says_to_check_the_key(stage, scripted, capsys):
     """A 401 is almost always a wrong key: say which setting to check."""
