@@ -148,7 +148,7 @@ WRAPPERS = {
     "timeout": {"-s", "--signal", "-k", "--kill-after"}, "stdbuf": {"-i", "-o", "-e"},
     "xargs": {"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a"}, "watch": {"-n"},
 }
-KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "time"}
+KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"}
 SYSTEM_DIRS = [Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
                                  "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/Users", "/System", "/Library")]
 HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty",

@@ -143,7 +143,7 @@ REFUSED = {
     "hidden inside other commands": ["echo ok; sudo ls", "true && reboot", "false || shutdown now", "ls | sudo tee x",
                                      "sleep 1 & sudo ls", "ls\nsudo ls", "echo $(sudo id)", "echo `sudo id`",
                                      "bash -c 'sudo ls'", "sh -c \"rm -rf /\"", "eval 'sudo ls'", "echo / | xargs rm -rf",
-                                     "env FOO=1 sudo ls", "nohup reboot &", "time sudo ls", "command sudo ls",
+                                     "env FOO=1 sudo ls", "nohup reboot &", "time sudo ls", "time -p sudo ls", "command sudo ls",
                                      "nice -n 5 rm -rf /", "timeout 9 sudo ls", "X=$(sudo id) true", "(sudo ls)",
                                      "if true; then reboot; fi", "bash <<EOF\nrm -rf /etc\nEOF", "bash <<< 'reboot'",
                                      "python3 -c \"import os; os.system('sudo reboot')\"",
