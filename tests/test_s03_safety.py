@@ -1,6 +1,7 @@
 """Stage 3: fences. File paths stay in the workspace, dangerous commands are refused, and the bash
 tool cannot be hung, flooded or used to read the agent's secrets."""
 
+import os
 import time
 from pathlib import Path
 
@@ -19,11 +20,13 @@ def call(stage, scripted, name: str, **tool_input) -> dict:
 
 
 def alive(pid: int) -> bool:
-    """Is the process running (a zombie waiting to be reaped counts as gone)?"""
+    """Is the process running? On Linux a zombie (killed, not yet reaped) counts as gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split(") ")[1][0] != "Z"
 
 
 def dies_at_once(pid: int) -> bool:
