@@ -336,22 +336,22 @@ def unwrap(words: list) -> list:
     """Strip what runs the real command: VAR=value, keywords and wrappers (env, nohup, xargs ...)."""
     while words:
         first = words[0].lstrip("{(")
+        name = program_name(first)
         if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", first) or first in KEYWORDS or not first:
-            words = words[1:]
-        elif program_name(first) == "command" and words[1:2] and words[1] in ("-v", "-V"):
+            words = words[1:]  # env's own VAR=value words go this way too
+            continue
+        if name == "command" and words[1:2] in (["-v"], ["-V"]):
             return []  # `command -v rm` only asks where rm is
-        elif program_name(first) in WRAPPERS:
-            takes_value = WRAPPERS[program_name(first)]
-            rest = words[1:]
-            while rest and (rest[0].startswith("-") or (first == "env" and "=" in rest[0])):
-                rest = rest[2:] if rest[0] in takes_value else rest[1:]
-            if program_name(first) == "timeout" and rest:
-                rest = rest[1:]  # the duration
-            if program_name(first) == "xargs" and rest:
-                rest = [*rest, "$XARGS_INPUT"]  # arguments arrive on stdin: the filter cannot see them
-            words = rest
-        else:
-            return words
+        if name not in WRAPPERS:
+            return [first, *words[1:]]
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if rest[0] in WRAPPERS[name] else rest[1:]
+        if name == "timeout" and rest:
+            rest = rest[1:]  # the duration
+        if name == "xargs" and rest:
+            rest = [*rest, "$XARGS_INPUT"]  # arguments arrive on stdin: the filter cannot see them
+        words = rest
     return words
 
 
@@ -425,8 +425,8 @@ def check_rm(args: list) -> str | None:
 
 def check_recursive_mode_change(args: list) -> str | None:
     options, targets = options_and_operands(args)
-    if has_flag(options, "R", "--recursive") and any(system_path(where(t)) or where(t) is None for t in targets):
-        return "changes owners or permissions recursively outside the workspace"
+    if has_flag(options, "R", "--recursive") and any(where(t) is None or system_path(where(t)) for t in targets):
+        return "changes owners or permissions recursively in a system folder"
     return None
 
 
@@ -453,6 +453,14 @@ def check_pkill(args: list) -> str | None:
     return "kills every process (the pattern matches anything)" if {".", ".*", "^"} & set(operands) else None
 
 
+def check_runlevel(args: list) -> str | None:  # init, telinit
+    return "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None
+
+
+def check_systemctl(args: list) -> str | None:
+    return "powers off or restarts the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None
+
+
 def check_dd(args: list) -> str | None:
     targets = [a.removeprefix("of=") for a in args if a.startswith("of=")]
     return next(filter(None, map(write_refusal, targets)), None)
@@ -471,18 +479,20 @@ RULES = {  # program -> a function of its arguments that says why not, or None
     "rm": check_rm, "find": check_find, "dd": check_dd,
     "chmod": check_recursive_mode_change, "chown": check_recursive_mode_change, "chgrp": check_recursive_mode_change,
     "kill": check_kill, "pkill": check_pkill, "killall": check_pkill,
-    "init": lambda args: "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None,
-    "telinit": lambda args: "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None,
-    "systemctl": lambda args: "powers off or restarts the machine"
-    if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None,
+    "init": check_runlevel, "telinit": check_runlevel, "systemctl": check_systemctl,
     "tee": check_writes_every_operand, "shred": check_writes_every_operand, "truncate": check_writes_every_operand,
     "mv": check_writes_every_operand, "cp": check_writes_last_operand, "ln": check_writes_last_operand,
     "install": check_writes_last_operand,
 }
 
 
+def is_download(simple: dict) -> bool:
+    words = unwrap(simple["words"])
+    return bool(words) and program_name(words[0]) in DOWNLOADERS
+
+
 def downloads(script: str) -> bool:
-    return any(program_name((unwrap(c["words"]) or ["?"])[0]) in DOWNLOADERS for p in parse(script) for c in p)
+    return any(is_download(simple) for pipeline in parse(script) for simple in pipeline)
 
 
 def check_words(words: list, stdin: str | None = None, fed_by_download: bool = False) -> str | None:
@@ -526,8 +536,8 @@ def check_command(command: str) -> str | None:
                 reason = write_refusal(target) if operator in WRITES else None
                 if reason:
                     return reason
-            fed_by_download = any(downloads(script) for script in simple["inner"]) or any(
-                program_name((unwrap(c["words"]) or ["?"])[0]) in DOWNLOADERS for c in pipeline[:position])
+            fed_by_download = (any(downloads(script) for script in simple["inner"])
+                               or any(is_download(earlier) for earlier in pipeline[:position]))
             reason = check_words(simple["words"], simple["stdin"], fed_by_download)
             if reason:
                 return reason
@@ -706,8 +716,8 @@ def dim(text: str) -> str:
 
 def show_tool_call(block, indent: str = "") -> None:
     args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
-    label = block.input.get("description")  # shown before the arguments are checked: any type may come
-    print(dim(f"{indent}> {block.name}: {label if isinstance(label, str) and label else args[:120]}"))
+    label = str(block.input.get("description") or "")  # shown before the arguments are checked: any type may come
+    print(dim(f"{indent}> {block.name}: {(label or args)[:120]}"))
 
 
 def show_tool_result(result: dict, indent: str = "") -> None:
