@@ -2,12 +2,13 @@
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from fake_api import FakeAPI, ScriptedClient, history_problem, press_ctrl_c, reply
+from fake_api import FakeAPI, ScriptedClient, history_problem, press_ctrl_c, reply, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_NAMES = [path.stem for path in sorted(ROOT.glob("s0[1-9]_*.py"))]
@@ -60,3 +61,15 @@ def ctrl_c_cancels_only_that_turn(stage, scripted, capsys, turn_so_far: list) ->
         assert "interrupted" in capsys.readouterr().out and len(messages) == 2
         stage.run_turn(messages, "three")
     assert history_problem(messages) is None and "after" in capsys.readouterr().out
+
+
+def call_tool(stage, scripted, name: str, **tool_input) -> dict:
+    """Have the scripted model make one tool call through the real loop; return the tool_result sent back."""
+    model = scripted(stage, [reply(tool(name, **tool_input)), reply("ok")])
+    stage.run_turn([], "go")
+    return model.requests[1]["messages"][-1]["content"][0]
+
+
+def context_sizes(output: str) -> list:
+    """The context sizes that the usage lines in a stage's output show, in order."""
+    return [int(size.replace(",", "")) for size in re.findall(r"\[context ([\d,]+) tokens", output)]

@@ -6,7 +6,7 @@ import sys
 
 import demo
 import pytest
-from conftest import ROOT, clean_env
+from conftest import ROOT, clean_env, context_sizes
 
 EXPECTED = {  # what each stage's demo must show a newcomer
     "s01": ["> bash:", "24 lines"],
@@ -37,8 +37,7 @@ def test_the_demo_runs_every_stage_and_says_the_model_is_scripted(short_name, ca
 def test_the_s04_demo_shows_the_parents_context_staying_small(capsys):
     """The parent's two usage lines differ by little, though the child read four files."""
     demo.main(["s04"])
-    usage = [line for line in capsys.readouterr().out.splitlines() if "[context" in line]
-    sizes = [int(line.split("[context ")[1].split(" ")[0].replace(",", "")) for line in usage]
+    sizes = context_sizes(capsys.readouterr().out)
     assert len(sizes) == 2 and sizes[1] - sizes[0] < 300
 
 

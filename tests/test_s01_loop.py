@@ -6,7 +6,16 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, STAGE_NAMES, clean_env, ctrl_c_cancels_only_that_turn, run_stage, stages_from
+from conftest import (
+    ROOT,
+    STAGE_NAMES,
+    call_tool,
+    clean_env,
+    context_sizes,
+    ctrl_c_cancels_only_that_turn,
+    run_stage,
+    stages_from,
+)
 from fake_api import FakeAPI, api_error, history_problem, reply, tool
 
 import s01_loop
@@ -125,10 +134,10 @@ def test_usage_line_shows_the_context_growing(stage, scripted, capsys):
     """After each model call a dim line shows the context size and the cache reads."""
     scripted(stage, [reply(tool("bash", command="echo hi")), reply("done")])
     stage.run_turn([], "go")
-    usage = [line for line in capsys.readouterr().out.splitlines() if "[context" in line]
-    sizes = [int(line.split("[context ")[1].split(" ")[0].replace(",", "")) for line in usage]
+    out = capsys.readouterr().out
+    sizes = context_sizes(out)
     assert len(sizes) == 2 and sizes[1] > sizes[0]
-    assert "read from cache" in usage[1]
+    assert "read from cache" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -217,43 +226,38 @@ def test_ctrl_c_during_a_tool_run_cancels_only_that_turn(stage, scripted, capsys
 # -- the bash tool -------------------------------------------------------------
 
 
-def run_bash_tool(stage, scripted, command: str) -> dict:
-    model = scripted(stage, [reply(tool("bash", command=command)), reply("ok")])
-    stage.run_turn([], "go")
-    return tool_results(model.requests[1])[0]
-
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_runs_in_the_workspace_with_stderr_included(stage, scripted, workspace):
     """Commands run in WORKDIR, and the model sees stderr as well as stdout."""
-    result = run_bash_tool(stage, scripted, "pwd; echo oops >&2")
+    result = call_tool(stage, scripted, "bash", command="pwd; echo oops >&2")
     assert str(workspace) in result["content"] and "oops" in result["content"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_reports_a_nonzero_exit_code(stage, scripted):
     """A failing command says how it failed."""
-    assert "exit code 3" in run_bash_tool(stage, scripted, "exit 3")["content"]
+    assert "exit code 3" in call_tool(stage, scripted, "bash", command="exit 3")["content"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_output_is_capped_with_a_marker(stage, scripted):
     """Huge output is cut at MAX_OUTPUT, and the cut is said, so the model knows it saw part."""
-    content = run_bash_tool(stage, scripted, "head -c 60000 /dev/zero | tr '\\0' x")["content"]
+    content = call_tool(stage, scripted, "bash", command="head -c 60000 /dev/zero | tr '\\0' x")["content"]
     assert len(content) < stage.MAX_OUTPUT + 200 and "characters cut" in content
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_decodes_bad_bytes_without_crashing(stage, scripted):
     """Output that is not UTF-8 is decoded with replacement characters."""
-    assert "\ufffd" in run_bash_tool(stage, scripted, "printf 'a\\377b'")["content"]
+    assert "\ufffd" in call_tool(stage, scripted, "bash", command="printf 'a\\377b'")["content"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_times_out(stage, scripted, monkeypatch):
     """A command that runs past BASH_TIMEOUT is stopped, and the result says it timed out."""
     monkeypatch.setattr(stage, "BASH_TIMEOUT", 0.3)
-    assert "timed out" in run_bash_tool(stage, scripted, "exec sleep 20")["content"]
+    assert "timed out" in call_tool(stage, scripted, "bash", command="exec sleep 20")["content"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

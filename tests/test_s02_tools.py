@@ -1,17 +1,10 @@
 """Stage 2: a tool set dispatched by name. Later stages keep these promises, so tests run on them too."""
 
 import pytest
-from conftest import stages_from
-from fake_api import reply, tool
+from conftest import call_tool, stages_from
 
 TOOL_STAGES = stages_from("s02_tools")
 
-
-def call(stage, scripted, name: str, **tool_input) -> dict:
-    """Have the scripted model make one tool call; return the tool_result the loop sent back."""
-    model = scripted(stage, [reply(tool(name, **tool_input)), reply("ok")])
-    stage.run_turn([], "go")
-    return model.requests[1]["messages"][-1]["content"][0]
 
 
 # -- dispatch --------------------------------------------------------------------
@@ -20,7 +13,7 @@ def call(stage, scripted, name: str, **tool_input) -> dict:
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_unknown_tool_is_an_error_that_lists_the_real_tools(stage, scripted):
     """A made-up tool name gets an error naming the tools that exist, so the model can recover."""
-    result = call(stage, scripted, "delete_everything")
+    result = call_tool(stage, scripted, "delete_everything")
     assert result["is_error"]
     assert all(name in result["content"] for name in ("bash", "read_file", "write_file", "edit_file", "list_dir"))
 
@@ -35,7 +28,7 @@ def test_unknown_tool_is_an_error_that_lists_the_real_tools(stage, scripted):
 ])
 def test_arguments_are_checked_against_the_schema(stage, tool_input, said, scripted):
     """A missing, wrong-typed or unknown argument is an is_error result saying which, not a crash."""
-    result = call(stage, scripted, "read_file", **tool_input)
+    result = call_tool(stage, scripted, "read_file", **tool_input)
     assert result["is_error"] and said in result["content"]
 
 
@@ -43,13 +36,13 @@ def test_arguments_are_checked_against_the_schema(stage, tool_input, said, scrip
 def test_a_null_optional_argument_counts_as_not_given(stage, scripted, workspace):
     """Models sometimes send null for an optional argument; that means "use the default"."""
     (workspace / "a.txt").write_text("one\ntwo\n")
-    assert call(stage, scripted, "read_file", path="a.txt", limit=None)["content"] == "one\ntwo\n"
+    assert call_tool(stage, scripted, "read_file", path="a.txt", limit=None)["content"] == "one\ntwo\n"
 
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_a_tool_that_raises_becomes_an_error_result(stage, scripted):
     """An exception inside a tool (here: a missing file) is reported to the model, not raised."""
-    result = call(stage, scripted, "read_file", path="no/such/file.txt")
+    result = call_tool(stage, scripted, "read_file", path="no/such/file.txt")
     assert result["is_error"] and "FileNotFoundError" in result["content"]
 
 
@@ -60,7 +53,7 @@ def test_a_tool_that_raises_becomes_an_error_result(stage, scripted):
 def test_read_file_limit_keeps_the_first_lines_and_counts_the_rest(stage, scripted, workspace):
     """`limit` keeps the first N lines and says how many more there are."""
     (workspace / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
-    content = call(stage, scripted, "read_file", path="long.txt", limit=3)["content"]
+    content = call_tool(stage, scripted, "read_file", path="long.txt", limit=3)["content"]
     assert content.startswith("line 1\nline 2\nline 3\n") and "line 4" not in content
     assert "7 more lines" in content
 
@@ -69,7 +62,7 @@ def test_read_file_limit_keeps_the_first_lines_and_counts_the_rest(stage, script
 def test_read_file_refuses_a_limit_below_one(stage, scripted, workspace):
     """limit=0 is a mistake worth naming, not an empty answer."""
     (workspace / "a.txt").write_text("x\n")
-    result = call(stage, scripted, "read_file", path="a.txt", limit=0)
+    result = call_tool(stage, scripted, "read_file", path="a.txt", limit=0)
     assert result["is_error"] and "at least 1" in result["content"]
 
 
@@ -77,7 +70,7 @@ def test_read_file_refuses_a_limit_below_one(stage, scripted, workspace):
 def test_read_file_is_capped_with_a_marker(stage, scripted, workspace):
     """A huge file is cut at MAX_OUTPUT, and the cut is said."""
     (workspace / "big.txt").write_text("y" * (stage.MAX_OUTPUT + 5000))
-    content = call(stage, scripted, "read_file", path="big.txt")["content"]
+    content = call_tool(stage, scripted, "read_file", path="big.txt")["content"]
     assert len(content) < stage.MAX_OUTPUT + 200 and "5000 more characters cut" in content
 
 
@@ -86,7 +79,7 @@ def test_read_file_is_capped_with_a_marker(stage, scripted, workspace):
 def test_read_file_reports_binary_or_undecodable_files(stage, data, scripted, workspace):
     """A binary or non-UTF-8 file gets a clear result, not a crash or a page of mojibake."""
     (workspace / "blob").write_bytes(data)
-    result = call(stage, scripted, "read_file", path="blob")
+    result = call_tool(stage, scripted, "read_file", path="blob")
     assert result["is_error"] and "binary or non-UTF-8" in result["content"]
 
 
@@ -96,7 +89,7 @@ def test_read_file_reports_binary_or_undecodable_files(stage, data, scripted, wo
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_write_file_creates_missing_folders(stage, scripted, workspace):
     """Writing a/b/c.txt creates a/ and a/b/ first."""
-    result = call(stage, scripted, "write_file", path="a/b/c.txt", content="hello\r\n")
+    result = call_tool(stage, scripted, "write_file", path="a/b/c.txt", content="hello\r\n")
     assert not result["is_error"]
     assert (workspace / "a/b/c.txt").read_bytes() == b"hello\r\n"
 
@@ -105,7 +98,7 @@ def test_write_file_creates_missing_folders(stage, scripted, workspace):
 def test_edit_file_replaces_the_one_match(stage, scripted, workspace):
     """The normal edit: old_text occurs once and is replaced; other lines and line ends stay as they were."""
     (workspace / "app.py").write_bytes(b"x = 1\r\ny = 2\r\n")
-    result = call(stage, scripted, "edit_file", path="app.py", old_text="y = 2", new_text="y = 3")
+    result = call_tool(stage, scripted, "edit_file", path="app.py", old_text="y = 2", new_text="y = 3")
     assert not result["is_error"]
     assert (workspace / "app.py").read_bytes() == b"x = 1\r\ny = 3\r\n"
 
@@ -119,7 +112,7 @@ def test_edit_file_replaces_the_one_match(stage, scripted, workspace):
 def test_edit_file_refuses_a_missing_ambiguous_or_empty_match(stage, old_text, said, scripted, workspace):
     """old_text must occur exactly once; a refused edit says why and leaves the file untouched."""
     (workspace / "app.py").write_text("x = 1\ny = 1\n")
-    result = call(stage, scripted, "edit_file", path="app.py", old_text=old_text, new_text="changed")
+    result = call_tool(stage, scripted, "edit_file", path="app.py", old_text=old_text, new_text="changed")
     assert result["is_error"] and said in result["content"]
     assert (workspace / "app.py").read_text() == "x = 1\ny = 1\n"
 
@@ -130,11 +123,11 @@ def test_list_dir_lists_sorted_entries_with_folders_marked(stage, scripted, work
     (workspace / "src").mkdir()
     (workspace / "b.txt").write_text("")
     (workspace / "a.txt").write_text("")
-    assert call(stage, scripted, "list_dir")["content"] == "a.txt\nb.txt\nsrc/"
+    assert call_tool(stage, scripted, "list_dir")["content"] == "a.txt\nb.txt\nsrc/"
 
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_list_dir_of_an_empty_folder_says_so(stage, scripted, workspace):
     """An empty folder is "(empty folder)", not an empty string the model may misread."""
     (workspace / "empty").mkdir()
-    assert call(stage, scripted, "list_dir", path="empty")["content"] == "(empty folder)"
+    assert call_tool(stage, scripted, "list_dir", path="empty")["content"] == "(empty folder)"

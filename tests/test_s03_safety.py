@@ -6,17 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import stages_from
-from fake_api import reply, tool
+from conftest import call_tool, stages_from
 
 SAFE_STAGES = stages_from("s03_safety")
 
-
-def call(stage, scripted, name: str, **tool_input) -> dict:
-    """Have the scripted model make one tool call; return the tool_result the loop sent back."""
-    model = scripted(stage, [reply(tool(name, **tool_input)), reply("ok")])
-    stage.run_turn([], "go")
-    return model.requests[1]["messages"][-1]["content"][0]
 
 
 def alive(pid: int) -> bool:
@@ -114,7 +107,7 @@ def test_every_file_tool_goes_through_safe_path(stage, name, tool_input, scripte
     victim = workspace.parent / "victim.txt"
     victim.write_text("precious")
     try:
-        result = call(stage, scripted, name, **tool_input)
+        result = call_tool(stage, scripted, name, **tool_input)
         assert result["is_error"] and "outside the workspace" in result["content"]
         assert victim.read_text() == "precious"
     finally:
@@ -210,7 +203,7 @@ def test_check_command_never_runs_anything(stage, workspace):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_refused_command_is_an_error_result_and_is_not_run(stage, scripted, workspace):
     """The model is told why, and that nothing ran: not even the harmless part before `;`."""
-    result = call(stage, scripted, "bash", command="touch proof; sudo ls")
+    result = call_tool(stage, scripted, "bash", command="touch proof; sudo ls")
     assert result["is_error"] and "refused, not run" in result["content"] and "sudo" in result["content"]
     assert not (workspace / "proof").exists()
 
@@ -221,7 +214,7 @@ def test_a_refused_command_is_an_error_result_and_is_not_run(stage, scripted, wo
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_endless_output_is_cut_at_the_cap_and_the_command_killed(stage, scripted):
     """`yes` never ends: reading stops at MAX_OUTPUT, the command is killed and the call returns."""
-    result = call(stage, scripted, "bash", command="yes")
+    result = call_tool(stage, scripted, "bash", command="yes")
     assert len(result["content"]) < stage.MAX_OUTPUT + 300 and "killed" in result["content"]
 
 
@@ -241,7 +234,7 @@ def test_endless_output_reads_little_more_than_the_cap(stage, workspace):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_background_child_neither_holds_the_call_open_nor_outlives_it(stage, scripted, workspace):
     """`sleep 30 &` returns at once with the shell's output, and the sleep is killed with the call."""
-    result = call(stage, scripted, "bash", command="sleep 30 & echo $! > pid; echo started")
+    result = call_tool(stage, scripted, "bash", command="sleep 30 & echo $! > pid; echo started")
     assert "started" in result["content"]
     assert dies_at_once(int((workspace / "pid").read_text()))
 
@@ -251,7 +244,7 @@ def test_a_timeout_kills_the_whole_process_group(stage, scripted, workspace, mon
     """At the timeout every process the command started is killed: the child that would write
     late.txt later is already dead when the call returns, so it never writes it."""
     monkeypatch.setattr(stage, "BASH_TIMEOUT", 0.3)
-    result = call(stage, scripted, "bash", command="(sleep 3; touch late.txt) & echo $! > pid; sleep 20")
+    result = call_tool(stage, scripted, "bash", command="(sleep 3; touch late.txt) & echo $! > pid; sleep 20")
     assert "timed out" in result["content"]
     assert dies_at_once(int((workspace / "pid").read_text()))
 
@@ -263,7 +256,7 @@ def test_the_command_gets_no_secrets(stage, scripted, monkeypatch):
                "DB_PASSWORD": "p", "my_secret": "s", "OPENAI_API_KEY": "k"}
     for name, value in {**secrets, "HARMLESS_SETTING": "visible"}.items():
         monkeypatch.setenv(name, value)
-    content = call(stage, scripted, "bash", command="env")["content"]
+    content = call_tool(stage, scripted, "bash", command="env")["content"]
     assert "HARMLESS_SETTING=visible" in content
     assert not [name for name in secrets if f"{name}=" in content]
 
@@ -271,13 +264,13 @@ def test_the_command_gets_no_secrets(stage, scripted, monkeypatch):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_stdin_is_closed(stage, scripted):
     """A command that waits for input (cat, read) sees end of input at once instead of hanging."""
-    assert "got:[]" in call(stage, scripted, "bash", command="cat; read x; echo got:[$x]")["content"]
+    assert "got:[]" in call_tool(stage, scripted, "bash", command="cat; read x; echo got:[$x]")["content"]
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_exit_code_is_still_reported(stage, scripted):
     """The hardened tool keeps s01's promise: a failing command says its exit code."""
-    assert "exit code 4" in call(stage, scripted, "bash", command="echo hi; exit 4")["content"]
+    assert "exit code 4" in call_tool(stage, scripted, "bash", command="echo hi; exit 4")["content"]
 
 
 # -- honesty: what a denylist cannot stop ---------------------------------------------

@@ -3,7 +3,7 @@ parent only its final text. Each test scripts both models: the parent's calls an
 
 
 import pytest
-from conftest import ctrl_c_cancels_only_that_turn
+from conftest import context_sizes, ctrl_c_cancels_only_that_turn
 from fake_api import FakeAPI, api_error, history_problem, reply, tool
 
 import s04_subagent as s04
@@ -151,8 +151,7 @@ def test_the_usage_line_shows_the_parents_context_staying_small(scripted, worksp
     reads = reply(*[tool("read_file", path=f"f{n}.txt") for n in range(10)])
     scripted(s04, [delegate(), reads, reply("Ten files of x."), reply("Done.")])
     s04.run_turn([], "read everything")
-    usage = [line for line in capsys.readouterr().out.splitlines() if "[context" in line]
-    sizes = [int(line.split("[context ")[1].split(" ")[0].replace(",", "")) for line in usage]
+    sizes = context_sizes(capsys.readouterr().out)
     assert len(sizes) == 2  # the parent's two calls; the child's calls print none
     assert sizes[1] - sizes[0] < 500  # the child read about 10,000 tokens
 
