@@ -55,10 +55,10 @@ def api_error(status: int, message: str) -> dict:
 
 def as_json(value):
     """A request or message list as the API would see it (SDK objects turned into plain dicts)."""
-    def plain(value):
-        if isinstance(value, pydantic.BaseModel):
-            return value.model_dump(exclude_none=True)
-        raise TypeError(f"cannot serialise {type(value).__name__}")
+    def plain(obj):
+        if isinstance(obj, pydantic.BaseModel):
+            return obj.model_dump(exclude_none=True)
+        raise TypeError(f"cannot serialise {type(obj).__name__}")
     return json.loads(json.dumps(value, default=plain))
 
 
