@@ -13,7 +13,10 @@ reads plus a plain function the table points to; whatever the model sends,
 a bad name, a missing argument or a failing tool, it gets a tool_result back.
 """
 
+import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +28,8 @@ DEFAULT_MODEL = "claude-sonnet-5-5"
 MAX_TOKENS = 8000
 BASH_TIMEOUT = 120  # seconds
 MAX_OUTPUT = 50_000  # characters of tool output sent back to the model
+API_TIMEOUT = 60  # seconds the server may stay silent (while streaming: between two events) before a call is given up
+API_RETRIES = 2  # the SDK tries a failed call this many more times: timeouts, lost connections, 429, 529 and 5xx
 WORKDIR = Path.cwd()
 STAGE = "s02"
 PROMPT = f"{STAGE} >> "
@@ -86,8 +91,14 @@ TOOLS = [
 ]
 
 
+def valid_utf8(text: str) -> str:
+    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
+    with lone surrogates, which cannot be sent; each becomes the replacement character."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+
+
 def system_prompt() -> str:
-    return (
+    return valid_utf8(
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
         "and change files, then answer briefly."
     )
@@ -187,7 +198,7 @@ def check_args(schema: dict, args: dict) -> str | None:
 
 
 def tool_result(block, text: str, is_error: bool = False) -> dict:
-    return {"type": "tool_result", "tool_use_id": block.id, "content": text, "is_error": is_error}
+    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text), "is_error": is_error}
 
 
 def dispatch(block) -> dict:
@@ -195,6 +206,8 @@ def dispatch(block) -> dict:
     schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
     if block.name not in schemas:
         return tool_result(block, f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}", True)
+    if not isinstance(block.input, dict):
+        return tool_result(block, f"error: a tool's input must be an object of arguments, not {type(block.input).__name__}", True)
     args = {name: value for name, value in block.input.items() if value is not None}  # null means "not given"
     problem = check_args(schemas[block.name], args)
     if problem:
@@ -213,11 +226,15 @@ class TurnFailed(Exception):
 
 
 def dim(text: str) -> str:
-    return f"\033[2m{text}\033[0m"
+    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        return f"\033[2m{text}\033[0m"
+    return text
 
 
 def show_tool_call(block) -> None:
-    args = " ".join(str(value) for value in block.input.values()).replace("\n", " ")
+    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}  # shown before it is checked
+    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
     print(dim(f"> {block.name}: {args[:120]}"))
 
 
@@ -250,16 +267,39 @@ def text_of(content) -> str:
     return "\n".join(block.text for block in content if block.type == "text")
 
 
+def save_transcript(agent: str, request: dict, response) -> None:
+    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call: the arguments sent and
+    the reply (null if the call failed). The key is not among them: the client sends it as a header."""
+    path = os.environ.get("TRANSCRIPT")
+    if path:
+        line = {"agent": agent, "request": request, "response": response}
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(line, default=lambda block: block.model_dump(mode="json", exclude_none=True)) + "\n")
+
+
 def call_model(messages: list) -> anthropic.types.Message:
-    return client.messages.create(
-        model=os.environ.get("MODEL_ID") or DEFAULT_MODEL,
-        system=system_prompt(),
-        messages=messages,
-        tools=TOOLS,
-        max_tokens=MAX_TOKENS,
+    """The one place the API is called. The reply streams in, and its text is printed as it arrives."""
+    request = {
+        "model": os.environ.get("MODEL_ID") or DEFAULT_MODEL,
+        "system": system_prompt(),
+        "messages": messages,
+        "tools": TOOLS,
+        "tool_choice": {"type": "auto"},  # the API's default, but some compatible servers offer no tools without it
+        "max_tokens": MAX_TOKENS,
         # Every call re-sends the whole conversation; caching makes the repeat cheap.
-        cache_control={"type": "ephemeral"},
-    )
+        "cache_control": {"type": "ephemeral"},
+    }
+    response = None
+    try:
+        with client.messages.stream(**request) as stream:
+            for text in stream.text_stream:
+                print(text, end="", flush=True)
+            response = stream.get_final_message()
+    finally:
+        save_transcript("parent", request, response)
+    if text_of(response.content):
+        print()  # end the line the text streamed onto
+    return response
 
 
 def take_reply(messages: list, response) -> str | None:
@@ -274,10 +314,14 @@ def take_reply(messages: list, response) -> str | None:
     if reason == "model_context_window_exceeded":
         raise TurnFailed("the conversation no longer fits the model's context window; start a new session")
     # An empty assistant message would make every later request invalid.
-    messages.append({"role": "assistant", "content": response.content or [{"type": "text", "text": "(empty reply)"}]})
+    content = response.content or [{"type": "text", "text": "(empty reply)"}]
+    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply goes on with the same message
+        messages[-1]["content"] = [*messages[-1]["content"], *content]
+    else:
+        messages.append({"role": "assistant", "content": content})
     calls = [block for block in response.content if block.type == "tool_use"]
     if reason == "pause_turn":
-        return None  # the API paused a long turn; sending it back resumes it
+        return None  # the API paused a long turn; sending it back as it is resumes it
     if reason == "max_tokens":
         print(dim("(the reply was cut off at max_tokens)"))
         if calls:  # a cut-off call may have lost arguments: answer it, never run it
@@ -285,8 +329,6 @@ def take_reply(messages: list, response) -> str | None:
             messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
             return None
     if reason == "tool_use" and calls:
-        if text_of(response.content):  # what the model says while it works
-            print(text_of(response.content))
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
         return None
     return text_of(response.content)
@@ -303,10 +345,15 @@ def agent_loop(messages: list) -> str:
 
 
 def describe_api_error(error: anthropic.APIError) -> str:
-    if isinstance(error, anthropic.AuthenticationError):
-        return "API error: authentication failed (401); check ANTHROPIC_API_KEY"
+    if isinstance(error, anthropic.APITimeoutError):
+        return (f"API error: no answer for {API_TIMEOUT}s, {API_RETRIES + 1} times; "
+                "check ANTHROPIC_BASE_URL, or try again later")
     if isinstance(error, anthropic.APIConnectionError):
         return f"API error: cannot reach the API ({error}); check your network and ANTHROPIC_BASE_URL"
+    if isinstance(error, anthropic.APIStatusError) and error.status_code in (400, 401, 403, 404):
+        # From a proxy or a compatible provider these usually mean a wrong setting, whatever the message says.
+        return (f"API error {error.status_code}: {error.message}; "
+                "check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID")
     if isinstance(error, anthropic.APIStatusError):
         return f"API error {error.status_code}: {error.message}"
     return f"API error: {error}"
@@ -315,18 +362,20 @@ def describe_api_error(error: anthropic.APIError) -> str:
 def run_turn(messages: list, user_text: str) -> None:
     """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
     start = len(messages)
-    messages.append({"role": "user", "content": user_text})
+    messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
-        print(agent_loop(messages))
-    except (anthropic.APIError, TurnFailed, KeyboardInterrupt) as error:
+        agent_loop(messages)
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - nothing that goes wrong in a turn ends the session
         del messages[start:]
         if isinstance(error, KeyboardInterrupt):
             reason = "interrupted"
         elif isinstance(error, anthropic.APIError):
             reason = describe_api_error(error)
-        else:
+        elif isinstance(error, TurnFailed):
             reason = str(error)
-        print(f"{reason}. This turn was dropped from the conversation (files it changed stay changed).")
+        else:
+            reason = f"{type(error).__name__}: {error}"
+        print(f"\n{reason}. This turn was dropped from the conversation (files it changed stay changed).")
 
 
 # -- start-up ------------------------------------------------------------------
@@ -346,7 +395,7 @@ def make_client():
         return None
     # An empty ANTHROPIC_BASE_URL means "not set", which the SDK would not assume.
     base_url = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-    return anthropic.Anthropic(api_key=api_key, base_url=base_url)
+    return anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=API_TIMEOUT, max_retries=API_RETRIES)
 
 
 def main() -> int:
@@ -357,6 +406,9 @@ def main() -> int:
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
+    if sys.stdin.isatty():
+        with contextlib.suppress(ImportError):  # not every Python has it
+            import readline  # noqa: F401 - loading it gives input() line editing, and Up recalls earlier lines
     messages = []
     while True:
         try:
@@ -364,7 +416,7 @@ def main() -> int:
         except (EOFError, KeyboardInterrupt):
             print()
             return 0
-        if user_text.strip() in ("q", "exit"):
+        if user_text.strip().lower() in ("q", "exit"):
             return 0
         if user_text.strip():
             run_turn(messages, user_text)

@@ -23,7 +23,7 @@ def stages_from(first: str) -> list:
 def clean_env(**extra) -> dict:
     """The environment for a stage run as a subprocess: no real key, no .env file, nothing inherited by chance."""
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith("ANTHROPIC_") and key != "MODEL_ID"}
+           if not key.startswith("ANTHROPIC_") and key not in USER_SETTINGS}
     return {**env, "PYTHON_DOTENV_DISABLED": "1", **extra}
 
 
@@ -31,6 +31,16 @@ def run_stage(script: Path, stdin: str, env: dict, cwd: Path) -> subprocess.Comp
     """Run a stage the way a user does, typing `stdin` at its prompt."""
     return subprocess.run([sys.executable, str(script)], input=stdin, env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=30, check=False)
+
+
+USER_SETTINGS = ("MODEL_ID", "TRANSCRIPT", "SANDBOX", "NO_COLOR")  # and every ANTHROPIC_* variable
+
+
+@pytest.fixture(autouse=True)
+def no_user_settings(monkeypatch):
+    """Every test starts from no settings, whatever the learner's shell exports (tests set what they need)."""
+    for name in [*USER_SETTINGS, *(name for name in os.environ if name.startswith("ANTHROPIC_"))]:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """Watch a stage work with no API key:  python tests/demo.py s01   (or s02, s03, s04)
+Add --wire to see what goes over the wire: each request and reply, and the message list after each turn.
 
 The MODEL IS SCRIPTED: its replies are written below, not generated. Everything else is real:
 the stage's loop, tools, fences and subagent run on a throwaway workspace and talk to the
@@ -6,13 +7,15 @@ scripted model over HTTP through the anthropic SDK, exactly as they would talk t
 """
 
 import importlib
+import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from fake_api import FakeAPI, reply, tool
+from fake_api import FakeAPI, as_json, reply, tool
 
 STAGES = {"s01": "s01_loop", "s02": "s02_tools", "s03": "s03_safety", "s04": "s04_subagent"}
 
@@ -76,26 +79,50 @@ def make_workspace(folder: Path) -> None:
         (folder / name).write_text(text)
 
 
-def run_demo(short_name: str) -> None:
-    """Play the stage's session: the real stage code, a scripted model, a throwaway workspace."""
+def show_wire(transcript: Path, seen: int, messages: list) -> int:
+    """Print the transcript lines after the first `seen`, then the message list; return the new count."""
+    lines = transcript.read_text().splitlines() if transcript.exists() else []
+    for line in lines[seen:]:
+        call = json.loads(line)
+        print(f"\n--- {call['agent']} request ---\n{json.dumps(call['request'], indent=2)}")
+        print(f"--- {call['agent']} response ---\n{json.dumps(call['response'], indent=2)}")
+    print(f"\n--- the message list after this turn ---\n{json.dumps(as_json(messages), indent=2)}")
+    return len(lines)
+
+
+def run_demo(short_name: str, wire: bool = False) -> None:
+    """Play the stage's session: the real stage code, a scripted model, a throwaway workspace.
+    With `wire`, the stage's own TRANSCRIPT feature records each call, and it is printed after each turn."""
     stage = importlib.import_module(STAGES[short_name])
     session = SESSIONS[short_name]
     print(f"=== {STAGES[short_name]}.py demo: the model is SCRIPTED (no API key, no network); the stage code is real ===")
-    with tempfile.TemporaryDirectory() as folder, FakeAPI([r for _, replies in session for r in replies]) as api:
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as wire_folder, \
+            FakeAPI([r for _, replies in session for r in replies]) as api:
         make_workspace(Path(folder))
         stage.WORKDIR, stage.client = Path(folder), api.client()
-        messages = []
-        for typed, _ in session:
-            print(f"\n{stage.PROMPT}{typed}")
-            stage.run_turn(messages, typed)
+        transcript, seen = Path(wire_folder) / "wire.jsonl", 0
+        if wire:
+            os.environ["TRANSCRIPT"] = str(transcript)
+        try:
+            messages = []
+            for typed, _ in session:
+                print(f"\n{stage.PROMPT}{typed}")
+                stage.run_turn(messages, typed)
+                if wire:
+                    seen = show_wire(transcript, seen, messages)
+        finally:
+            if wire:
+                del os.environ["TRANSCRIPT"]
     print("\n=== end of the scripted demo. With a key in .env, run the stage itself to talk to a real model. ===")
 
 
 def main(argv: list) -> int:
-    if len(argv) != 1 or argv[0] not in STAGES:
-        print(f"usage: python tests/demo.py {{{','.join(STAGES)}}}", file=sys.stderr)
+    wire = "--wire" in argv
+    names = [arg for arg in argv if arg != "--wire"]
+    if len(names) != 1 or names[0] not in STAGES:
+        print(f"usage: python tests/demo.py {{{','.join(STAGES)}}} [--wire]", file=sys.stderr)
         return 2
-    run_demo(argv[0])
+    run_demo(names[0], wire)
     return 0
 
 

@@ -3,14 +3,17 @@
 A script is a list of what the model does next, one item per model call:
 - `reply(...)`: a Messages API reply (strings are text blocks, `tool(...)` are tool calls);
 - `api_error(status, message)`: the API answers with that HTTP error;
+- `SILENCE`: the server takes the request and never answers (FakeAPI only);
 - a function of the request: called, and its return value used (it may also raise,
   or send a signal, to act out what happens while the model "thinks").
 
-Two ways to serve a script:
+Two ways to serve a script, both streaming the reply as the API does:
 - `ScriptedClient(script)` stands in for `anthropic.Anthropic()` inside the test
-  process: `client.messages.create(...)` returns real `anthropic.types.Message` objects.
-- `FakeAPI(script)` is a local HTTP server speaking the Messages API, so the real SDK
-  (and a stage run as a subprocess) talks to it through `ANTHROPIC_BASE_URL`.
+  process: `client.messages.stream(...)` yields the reply's text in pieces, then
+  gives a real `anthropic.types.Message`.
+- `FakeAPI(script)` is a local HTTP server speaking the Messages API, with server-sent
+  events when asked to stream, so the real SDK (and a stage run as a subprocess) talks
+  to it through `ANTHROPIC_BASE_URL`.
 Both record every request they get, as JSON-like dicts, in `.requests`.
 """
 
@@ -19,6 +22,7 @@ import json
 import os
 import signal
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
@@ -35,12 +39,24 @@ def tool(name: str, **tool_input) -> dict:
     return {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name, "input": tool_input}
 
 
-def reply(*blocks, stop_reason: str | None = None) -> dict:
-    """A model reply. Strings become text blocks; stop_reason defaults to what the blocks imply."""
+def reply(*blocks, stop_reason: str | None = None, gate=None) -> dict:
+    """A model reply. Strings become text blocks; stop_reason defaults to what the blocks imply.
+    With a `Gate`, FakeAPI streams the first piece of text, then waits for the gate before the rest."""
     content = [text(block) if isinstance(block, str) else block for block in blocks]
     if stop_reason is None:
         stop_reason = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
-    return {"content": content, "stop_reason": stop_reason}
+    return {"content": content, "stop_reason": stop_reason, **({"gate": gate} if gate else {})}
+
+
+class Gate:
+    """Lets a test see what the client shows while the server still holds back the rest of a reply."""
+
+    def __init__(self):
+        self.opened = threading.Event()  # the test opens it, e.g. when the first text is on screen
+        self.rest_sent = threading.Event()  # set by the server once it sends the rest
+
+
+SILENCE = {"silence": True}
 
 
 def press_ctrl_c(request: dict) -> dict:
@@ -110,7 +126,7 @@ class Script:
             item = self.items.pop(0)
         if callable(item):
             item = item(request)
-        if "error_status" in item:
+        if "error_status" in item or "silence" in item:
             return item
         # The cache holds the previous request of the same conversation when this one extends it.
         cached = 0
@@ -122,32 +138,88 @@ class Script:
                 "model": request.get("model", "scripted"), "stop_sequence": None, "usage": usage, **item}
 
 
+def text_pieces(message: dict, size: int = 16):
+    """The text of a reply in small pieces, as the API streams it."""
+    for block in message["content"]:
+        if block["type"] == "text":
+            yield from (block["text"][i:i + size] for i in range(0, len(block["text"]), size))
+
+
+class ScriptedStream:
+    """What `client.messages.stream(...)` returns, played from a script item."""
+
+    def __init__(self, answer: dict):
+        self.answer = answer
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @property
+    def text_stream(self):
+        return text_pieces(self.answer)
+
+    def get_final_message(self) -> anthropic.types.Message:
+        return anthropic.types.Message.model_validate(self.answer)
+
+
 class ScriptedClient:
-    """Stands in for anthropic.Anthropic(): `.messages.create(**request)` plays the script."""
+    """Stands in for anthropic.Anthropic(): `.messages.stream(**request)` plays the script."""
 
     def __init__(self, items):
         self.script = Script(items)
-        self.messages = self  # so that client.messages.create(...) works
+        self.messages = self  # so that client.messages.stream(...) works
 
     @property
     def requests(self) -> list:
         return self.script.requests
 
-    def create(self, **request):
+    def stream(self, **request) -> ScriptedStream:
         answer = self.script.next_reply(as_json(request))
-        if "error_status" in answer:
+        if "error_status" in answer or "silence" in answer:
             # The real API would answer with this HTTP error; a test that wants the SDK's
             # exception for it uses FakeAPI, where the real SDK makes that exception.
-            raise AssertionError(f"the API would answer {answer['error_status']}: {answer['message']}")
-        return anthropic.types.Message.model_validate(answer)
+            raise AssertionError(f"ScriptedClient cannot act out {answer}; use FakeAPI")
+        answer.pop("gate", None)
+        return ScriptedStream(answer)
+
+
+def sse_events(message: dict, gate: Gate | None = None):
+    """A reply as the server-sent events of a streamed Messages API response."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}
+    yield {"type": "message_start", "message": start}
+    text_sent = False
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            yield {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+            for piece in text_pieces({"content": [block]}):
+                yield {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
+                if gate and not text_sent:
+                    gate.opened.wait(5)
+                    gate.rest_sent.set()
+                text_sent = True
+        else:
+            yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            partial_json = json.dumps(block["input"])
+            yield {"type": "content_block_delta", "index": index,
+                   "delta": {"type": "input_json_delta", "partial_json": partial_json}}
+        yield {"type": "content_block_stop", "index": index}
+    yield {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+           "usage": {"output_tokens": usage["output_tokens"]}}
+    yield {"type": "message_stop"}
 
 
 class FakeAPI:
-    """A local Messages API server playing a script; use as a context manager."""
+    """A local Messages API server playing a script; use as a context manager.
+    `chars_per_second` paces streamed text, like a model writing (for benchmarks)."""
 
-    def __init__(self, items):
+    def __init__(self, items, chars_per_second: float | None = None):
         self.script = Script(items)
-        script = self.script
+        self.closing = threading.Event()
+        script, closing = self.script, self.closing
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
@@ -156,9 +228,19 @@ class FakeAPI:
                     answer = api_error(404, f"no such endpoint {self.path}")
                 else:
                     answer = script.next_reply(request)
+                if "silence" in answer:
+                    closing.wait(10)  # the request was taken; no answer ever comes
+                    return
                 status = answer.get("error_status", 200)
                 if status != 200:
-                    answer = {"type": "error", "error": {"type": "api_error", "message": answer["message"]}}
+                    self.send_json(status, {"type": "error", "error": {"type": "api_error", "message": answer["message"]}})
+                elif request.get("stream"):
+                    self.send_events(answer)
+                else:
+                    answer.pop("gate", None)
+                    self.send_json(200, answer)
+
+            def send_json(self, status: int, answer: dict):
                 body = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -166,10 +248,27 @@ class FakeAPI:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def send_events(self, answer: dict):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for event in sse_events(answer, answer.pop("gate", None)):
+                    self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+                    self.wfile.flush()
+                    if chars_per_second and event.get("delta", {}).get("type") == "text_delta":
+                        time.sleep(len(event["delta"]["text"]) / chars_per_second)  # the model "writing"
+                self.close_connection = True
+
             def log_message(self, *args):
                 pass  # keep test output clean
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client that hangs up mid-stream (Ctrl-C, a timeout) is expected here
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     @property
@@ -185,5 +284,6 @@ class FakeAPI:
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

@@ -49,6 +49,16 @@ def test_the_documented_demo_command_works_with_no_key(tmp_path):
     assert "SCRIPTED" in done.stdout and "= subagent:" in done.stdout
 
 
+def test_the_wire_option_shows_each_request_reply_and_the_message_list(capsys):
+    """`--wire` prints what the stage sent and got back on each model call (from its own TRANSCRIPT
+    feature), then the message list after each turn: what a learner with a key would find in the file."""
+    assert demo.main(["s01", "--wire"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- parent request ---") == out.count("--- parent response ---") == 2
+    assert '"tool_choice": {' in out and '"stop_reason": "tool_use"' in out
+    assert "--- the message list after this turn ---" in out and '"type": "tool_result"' in out
+
+
 def test_the_demo_explains_its_usage(capsys):
     """An unknown stage name gets the usage line, not a traceback."""
     assert demo.main(["s09"]) == 2

@@ -1,6 +1,9 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
 import io
+import json
+import os
+import select
 import subprocess
 import sys
 import time
@@ -16,7 +19,7 @@ from conftest import (
     run_stage,
     stages_from,
 )
-from fake_api import FakeAPI, api_error, history_problem, reply, tool
+from fake_api import SILENCE, FakeAPI, Gate, api_error, history_problem, reply, tool
 
 import s01_loop
 
@@ -103,11 +106,19 @@ def test_a_turn_that_cannot_go_on_is_dropped_and_explained(stage, reason, said, 
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_pause_turn_continues_the_turn(stage, scripted, capsys):
-    """pause_turn means the API paused a long turn: send the reply back and the model goes on."""
-    model = scripted(stage, [reply("Working", stop_reason="pause_turn"), reply("Finished.")])
-    stage.run_turn([], "go")
-    assert len(model.requests) == 2 and "Finished." in capsys.readouterr().out
+def test_pause_turn_continues_the_same_assistant_message(stage, scripted, capsys):
+    """pause_turn means the API paused a long turn: send the reply back as it is, and what the model
+    says next continues that same assistant message (two assistant messages in a row are invalid)."""
+    model = scripted(stage, [reply("Working on it.", stop_reason="pause_turn"), reply("Finished."), reply("ok")])
+    messages = []
+    stage.run_turn(messages, "go")
+    assert model.requests[1]["messages"][-1]["role"] == "assistant"  # resumed as it was
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert stage.text_of(messages[1]["content"]) == "Working on it.\nFinished."
+    out = capsys.readouterr().out
+    assert "Working on it." in out and "Finished." in out
+    stage.run_turn(messages, "next")
+    assert history_problem(model.requests[2]["messages"]) is None
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -283,9 +294,7 @@ def test_importing_a_stage_has_no_side_effects():
 
 @pytest.fixture
 def user_env(monkeypatch):
-    """The environment main() starts in: no key, no .env, no model chosen."""
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID"):
-        monkeypatch.delenv(name, raising=False)
+    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings cleared the shell's)."""
     monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
     return monkeypatch
 
@@ -318,9 +327,9 @@ def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
     assert api.requests[0]["messages"][0]["content"] == "make a file"
 
 
-@pytest.mark.parametrize("typed", ["exit\n", "q\n", ""], ids=["exit", "q", "eof"])
+@pytest.mark.parametrize("typed", ["exit\n", "q\n", "Q\n", " EXIT \n", ""], ids=["exit", "q", "Q", "EXIT", "eof"])
 def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
-    """`q`, `exit` or end of input leave cleanly, without calling the model."""
+    """`q`, `exit` (in any case) or end of input leave cleanly, without calling the model."""
     with FakeAPI([]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "test-key")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url)
@@ -364,3 +373,270 @@ def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(
     stage.run_turn([], "go")
     out = capsys.readouterr().out
     assert "Let me look." in out and "> bash: printf" in out and "one (+2 lines)" in out
+
+
+# -- whatever arrives, the session goes on -------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_workspace_whose_name_is_not_utf8_still_works(stage, scripted, tmp_path, monkeypatch):
+    """The system prompt holds the workspace's path. A folder named with bytes that are not UTF-8
+    (common on disks from other systems) reaches the API as replacement characters, not a crash."""
+    folder = tmp_path / os.fsdecode(b"caf\xe9")
+    folder.mkdir()
+    monkeypatch.setattr(stage, "WORKDIR", folder)
+    with FakeAPI([reply("fine")]) as api:  # the real SDK: it cannot send a lone surrogate
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "hi")
+    assert "caf\ufffd" in api.requests[0]["system"] and len(messages) == 2
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("tool_input", ["ls", None, ["ls"]], ids=["string", "null", "list"])
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the SDK notices the odd input too
+def test_a_tool_input_that_is_not_an_object_gets_an_error_result(stage, tool_input, scripted):
+    """A compatible server may send a tool call whose input is not an object: it is answered with
+    an is_error result saying what was expected, and the loop goes on."""
+    call = {"type": "tool_use", "id": "toolu_odd", "name": "bash", "input": tool_input}
+    with FakeAPI([reply(call), reply("understood")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "go")
+    [result] = tool_results(api.requests[1])
+    assert result["is_error"] and "must be an object" in result["content"]
+
+
+def raise_a_bug(request: dict) -> dict:
+    """A script item: something fails inside the turn in a way nobody planned for."""
+    raise ValueError("an unplanned failure")
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_any_exception_inside_a_turn_drops_the_turn_and_the_session_goes_on(stage, scripted, capsys):
+    """Not only API errors: whatever goes wrong inside a turn is one line, the turn is dropped, and
+    the conversation before it is kept."""
+    model = scripted(stage, [reply("first"), raise_a_bug, reply("still here")])
+    messages = []
+    stage.run_turn(messages, "one")
+    stage.run_turn(messages, "two")
+    assert "ValueError: an unplanned failure" in capsys.readouterr().out and len(messages) == 2
+    stage.run_turn(messages, "three")
+    assert history_problem(model.requests[-1]["messages"]) is None and "still here" in capsys.readouterr().out
+
+
+class Terminal(io.StringIO):
+    """A stand-in for a terminal: it says it is one (so colour is on) and can watch what is written."""
+
+    def __init__(self, on_write=None):
+        super().__init__()
+        self.on_write = on_write or (lambda shown: None)
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.on_write(self.getvalue())
+        return written
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_colour_only_on_a_terminal_and_never_with_no_color(stage, scripted, monkeypatch, capsys):
+    """The dim grey of tool calls and usage lines is an escape code: sent to a terminal, but not into a
+    pipe or a file (where it would be junk), and never when NO_COLOR is set."""
+    scripted(stage, [reply("a"), reply("b"), reply("c")])
+    stage.run_turn([], "into a pipe")
+    assert "\033[" not in capsys.readouterr().out
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    stage.run_turn([], "onto a terminal")
+    assert "\033[2m[context" in terminal.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    stage.run_turn([], "with NO_COLOR")
+    assert terminal.getvalue().count("\033[") == 2  # only the earlier line's start and end
+
+
+def test_the_prompt_has_line_editing_and_history_on_a_terminal(tmp_path):
+    """On a terminal, input() gets readline: the Up arrow brings back the last request. Run in a
+    pseudo-terminal, the way a user types."""
+    pty = pytest.importorskip("pty")
+    with FakeAPI([reply("first answer"), reply("second answer")]) as api:
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url, TERM="xterm")
+        terminal, stage_side = pty.openpty()
+        process = subprocess.Popen([sys.executable, str(ROOT / "s01_loop.py")], stdin=stage_side, stdout=stage_side,
+                                   stderr=stage_side, env=env, cwd=tmp_path)
+        os.close(stage_side)
+        try:
+            for keys in ("count the files\r", "\x1b[A\r", "q\r"):  # a request; Up and Enter; quit
+                read_until(terminal, "s01 >> ")
+                os.write(terminal, keys.encode())
+            assert process.wait(timeout=10) == 0
+        finally:
+            process.kill()
+            os.close(terminal)
+    assert [r["messages"][-1]["content"] for r in api.requests] == ["count the files"] * 2
+
+
+def read_until(terminal: int, text: str, seconds: float = 10) -> str:
+    """Read a pseudo-terminal until `text` has appeared (the next prompt, say)."""
+    seen, deadline = "", time.monotonic() + seconds
+    while text not in seen:
+        ready, _, _ = select.select([terminal], [], [], max(deadline - time.monotonic(), 0))
+        assert ready, f"no {text!r} on the terminal; it showed {seen!r}"
+        seen += os.read(terminal, 4096).decode(errors="replace")
+    return seen
+
+
+# -- live: text as it is written, waits that end, the wire ---------------------------
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_text_is_shown_while_the_model_is_still_writing(stage, scripted, monkeypatch):
+    """The reply streams: its first words are on screen while the server still holds back the rest.
+    (The server waits for the test to see them; a stage that waited for the whole reply never shows them.)"""
+    gate = Gate()
+    shown_early = []
+
+    def watch(shown: str) -> None:
+        if "The first words" in shown and not gate.opened.is_set():
+            shown_early.append(not gate.rest_sent.is_set())
+            gate.opened.set()
+
+    with FakeAPI([reply("The first words arrive first; the rest follows later.", gate=gate)]) as api:
+        scripted(stage, None, client=api.client())
+        monkeypatch.setattr("sys.stdout", Terminal(watch))
+        stage.run_turn([], "write a lot")
+        shown = sys.stdout.getvalue()
+    assert shown_early == [True]
+    assert shown.count("the rest follows later.") == 1
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_each_piece_of_text_is_printed_once(stage, scripted, capsys):
+    """What the model says while it works, and its answer, appear once each, as they streamed."""
+    scripted(stage, [reply("Let me look.", tool("bash", command="echo hi")), reply("It says hi.")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert out.count("Let me look.") == 1 and out.count("It says hi.") == 1
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_tools_are_offered_with_tool_choice_auto(stage, scripted):
+    """tool_choice "auto" is the API's default, but some compatible servers offer the model no tools
+    unless it is sent; so every request that sends tools says it."""
+    model = scripted(stage, [reply("hi")])
+    stage.run_turn([], "hi")
+    assert model.requests[0]["tool_choice"] == {"type": "auto"} and model.requests[0]["tools"]
+
+
+def client_with_short_waits(stage, api, monkeypatch):
+    """The client main() builds (its own timeout and retries), pointed at `api`, with waits made short."""
+    monkeypatch.setattr(stage, "API_TIMEOUT", 0.3)
+    monkeypatch.setattr(stage, "API_RETRIES", 1)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+    return stage.make_client()
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, monkeypatch, capsys):
+    """A server that takes the request and never answers is given up after API_TIMEOUT seconds on
+    each of 1 + API_RETRIES tries: an API error, the turn dropped, the session still there."""
+    with FakeAPI([SILENCE, SILENCE, reply("back again")]) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
+        messages, started = [], time.monotonic()
+        stage.run_turn(messages, "hello?")
+        waited = time.monotonic() - started
+        assert "no answer for 0.3s, 2 times" in capsys.readouterr().out and messages == []
+        stage.run_turn(messages, "and now?")
+    assert waited < 2 * 0.3 + 2  # two waits, plus the SDK's pause between tries
+    assert "back again" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, monkeypatch, capsys):
+    """With streaming the timeout is the longest gap between two pieces of the answer, not the whole
+    answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped."""
+    gate = Gate()  # never opened: after its first words the server says nothing more
+    with FakeAPI([reply("I will now say noth", "ing more.", gate=gate)]) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
+        messages = []
+        stage.run_turn(messages, "talk")
+        gate.opened.set()
+    out = capsys.readouterr().out
+    assert "I will now say" in out and "timed out" in out and messages == []
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_a_rejected_request_names_the_settings_to_check(stage, status, scripted, capsys):
+    """From a proxy or a compatible provider, 400/401/403/404 usually mean a wrong key, endpoint or
+    model: the line shows the server's own words and names the three settings."""
+    with FakeAPI([api_error(status, "the proxy says no")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "hi")
+    out = capsys.readouterr().out
+    assert "the proxy says no" in out
+    assert all(setting in out for setting in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID"))
+
+
+def read_transcript(path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_transcript_holds_each_call_as_sent_and_answered_without_the_key(stage, scripted, tmp_path,
+                                                                              monkeypatch):
+    """TRANSCRIPT=file.jsonl appends one JSON line per model call: the request as sent, the reply as
+    received. The key travels in a header, so it is not in the file."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    with FakeAPI([reply("Looking.", tool("bash", command="echo hi")), reply("done")]) as api:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-very-secret")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        scripted(stage, None, client=stage.make_client())
+        stage.run_turn([], "go")
+    first, second = read_transcript(transcript)
+    assert first["agent"] == second["agent"] == "parent"
+    assert first["request"]["messages"] == [{"role": "user", "content": "go"}]
+    assert first["request"]["tools"][0]["name"] == "bash"
+    assert first["response"]["stop_reason"] == "tool_use" and first["response"]["content"][0]["text"] == "Looking."
+    assert second["request"]["messages"][-1]["content"][0]["type"] == "tool_result"
+    assert second["response"]["content"] == [{"type": "text", "text": "done"}]
+    assert "sk-very-secret" not in transcript.read_text()
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_failed_call_is_in_the_transcript_with_no_response(stage, scripted, tmp_path, monkeypatch):
+    """A call that fails is recorded too, with "response": null: the request is what to look at."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    with FakeAPI([api_error(400, "bad request")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "go")
+    [line] = read_transcript(transcript)
+    assert line["request"]["messages"][0]["content"] == "go" and line["response"] is None
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_ctrl_c_while_text_streams_cancels_only_that_turn(stage, scripted, monkeypatch, capsys):
+    """Ctrl-C while the answer is being written: the turn is dropped, the history is valid, the
+    session goes on."""
+    gate = Gate()
+
+    def press_ctrl_c_on_first_words(shown: str) -> None:
+        if "Half an" in shown and not gate.opened.is_set():
+            gate.opened.set()
+            raise KeyboardInterrupt
+
+    with FakeAPI([reply("first"), reply("Half an answer, then", " more.", gate=gate), reply("after")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        terminal, real_stdout = Terminal(press_ctrl_c_on_first_words), sys.stdout
+        monkeypatch.setattr("sys.stdout", terminal)
+        stage.run_turn(messages, "two")
+        monkeypatch.setattr("sys.stdout", real_stdout)
+        assert "interrupted" in terminal.getvalue() and len(messages) == 2
+        stage.run_turn(messages, "three")
+    assert history_problem(messages) is None and "after" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """Stage 4: the subagent. A `task` tool runs a child agent in a fresh conversation and gives the
 parent only its final text. Each test scripts both models: the parent's calls and the child's."""
 
+import json
 
 import pytest
 from conftest import context_sizes, ctrl_c_cancels_only_that_turn
@@ -163,3 +164,15 @@ def test_a_task_call_with_bad_arguments_is_an_error_and_starts_no_child(tool_inp
     s04.run_turn([], "go")
     assert model.requests[1]["messages"][-1]["content"][0]["is_error"]
     assert not [r for r in model.requests if is_child(r)]
+
+
+def test_the_transcript_tells_the_childs_calls_from_the_parents(scripted, tmp_path, monkeypatch):
+    """TRANSCRIPT records every model call; the child's say "agent": "child" and hold only its own
+    conversation, so a learner can see what each agent really sent."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    scripted(s04, [delegate("List the files."), reply(tool("bash", command="ls")), reply("no files"), reply("Done.")])
+    s04.run_turn([], "go")
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert [line["agent"] for line in lines] == ["parent", "child", "child", "parent"]
+    assert lines[1]["request"]["messages"] == [{"role": "user", "content": "List the files."}]
