@@ -22,6 +22,7 @@ import os
 import re
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -599,32 +600,88 @@ def run_bash(command: str) -> str:
     return output or "(no output)"
 
 
+FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+              (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+
+
+def check_kind(file: Path, path: str, wanted: str = "a regular file") -> None:
+    """Refuse anything but a regular file (or a folder, for list_dir), before it is opened:
+    opening a FIFO waits for a writer forever, and a device such as /dev/zero never ends."""
+    mode = file.stat().st_mode
+    kind = next((name for is_kind, name in FILE_KINDS if is_kind(mode)), "a special file")
+    if kind != wanted:
+        raise ValueError(f"{path} is {kind}, not {wanted}")
+
+
+def read_start(opened, limit: int | None) -> str:
+    """The first `limit` lines (all if None) of an open file, but never more than MAX_OUTPUT
+    characters: only what can be shown is read, however big the file is."""
+    lines, size = [], 0
+    while (limit is None or len(lines) < limit) and size < MAX_OUTPUT:
+        line = opened.readline(MAX_OUTPUT - size)  # a size, so that one endless line is cut too
+        if not line:
+            break
+        lines.append(line)
+        size += len(line)
+    return "".join(lines)
+
+
 def read_file(path: str, limit: int | None = None) -> str:
-    data = safe_path(path).read_bytes()
+    file = safe_path(path)
+    check_kind(file, path)
+    if limit is not None and limit < 1:
+        raise ValueError("limit must be at least 1")
     try:
-        if b"\0" in data:
+        # Text mode decodes as it reads: a character split by a read boundary is completed by the next read.
+        with open(file, encoding="utf-8", newline="") as opened:  # newline="": \r\n is shown as it is
+            text = read_start(opened, limit)
+            more = opened.read(1) != ""
+            size = os.fstat(opened.fileno()).st_size
+        if "\0" in text:
             raise UnicodeError
-        text = data.decode("utf-8")
     except UnicodeError:
-        raise ValueError(f"{path} is a binary or non-UTF-8 file ({len(data):,} bytes); not shown") from None
-    if limit is not None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        lines = text.splitlines(keepends=True)
-        if len(lines) > limit:
-            text = "".join(lines[:limit]) + f"... [{len(lines) - limit} more lines]"
-    return cap(text)
+        raise ValueError(f"{path} is a binary or non-UTF-8 file ({file.stat().st_size:,} bytes); not shown") from None
+    if not more:
+        return text
+    left = size - len(text.encode())  # the rest was never read: the file's size says how big it is
+    return text + ("" if text.endswith("\n") else "\n") + f"... [{left} more bytes not shown]"
+
+
+def write_atomically(file: Path, text: str) -> None:
+    """Write `text` to a new file beside `file`, then rename it over `file` in one step.
+
+    Until the rename the old file is untouched, so a failed write leaves it as it was. And
+    the name gets a new file of its own: a hard link's other name keeps the old content.
+    """
+    target = file.resolve()  # through a symlink, as open() would go: the file it points to is replaced
+    if target.exists() and not os.access(target, os.W_OK):
+        raise PermissionError(f"{file} is read-only")
+    temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
+    try:
+        with open(temp, "x", encoding="utf-8", newline="") as out:  # "x": a new file, with the usual permissions
+            if target.exists():  # keep its permission bits: a script stays executable
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+            out.write(text)  # newline="": write exactly what was given
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def write_file(path: str, content: str) -> str:
     file = safe_path(path)
+    if file.exists():
+        check_kind(file, path)
     file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(content, encoding="utf-8", newline="")  # newline="": write exactly what was given
+    write_atomically(file, content)
     return f"wrote {len(content):,} characters to {path}"
 
 
 def edit_file(path: str, old_text: str, new_text: str) -> str:
     file = safe_path(path)
+    check_kind(file, path)
     text = file.read_bytes().decode("utf-8")  # bytes, so that \r\n line ends survive the edit
     if not old_text:
         raise ValueError("old_text is empty; give the exact text to replace")
@@ -633,12 +690,13 @@ def edit_file(path: str, old_text: str, new_text: str) -> str:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if found > 1:
         raise ValueError(f"old_text occurs {found} times in {path}; add surrounding lines so it matches once")
-    file.write_bytes(text.replace(old_text, new_text).encode("utf-8"))
+    write_atomically(file, text.replace(old_text, new_text))
     return f"edited {path}"
 
 
 def list_dir(path: str = ".") -> str:
     folder = safe_path(path)
+    check_kind(folder, path, "a folder")
     entries = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
     return cap("\n".join(entries)) or "(empty folder)"
 

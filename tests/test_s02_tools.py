@@ -1,5 +1,10 @@
 """Stage 2: a tool set dispatched by name. Later stages keep these promises, so tests run on them too."""
 
+import os
+import signal
+import stat
+import tracemalloc
+
 import pytest
 from conftest import call_tool, stages_from
 
@@ -51,11 +56,11 @@ def test_a_tool_that_raises_becomes_an_error_result(stage, scripted):
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_read_file_limit_keeps_the_first_lines_and_counts_the_rest(stage, scripted, workspace):
-    """`limit` keeps the first N lines and says how many more there are."""
+    """`limit` keeps the first N lines and says how much is left, in bytes: the file's size tells
+    that without reading the rest, while counting the lines left would mean reading them all."""
     (workspace / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
     content = call_tool(stage, scripted, "read_file", path="long.txt", limit=3)["content"]
-    assert content.startswith("line 1\nline 2\nline 3\n") and "line 4" not in content
-    assert "7 more lines" in content
+    assert content == "line 1\nline 2\nline 3\n... [50 more bytes not shown]"  # "line 4\n" ... "line 10\n"
 
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
@@ -71,7 +76,7 @@ def test_read_file_is_capped_with_a_marker(stage, scripted, workspace):
     """A huge file is cut at MAX_OUTPUT, and the cut is said."""
     (workspace / "big.txt").write_text("y" * (stage.MAX_OUTPUT + 5000))
     content = call_tool(stage, scripted, "read_file", path="big.txt")["content"]
-    assert len(content) < stage.MAX_OUTPUT + 200 and "5000 more characters cut" in content
+    assert len(content) < stage.MAX_OUTPUT + 200 and "5000 more bytes not shown" in content
 
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
@@ -131,3 +136,150 @@ def test_list_dir_of_an_empty_folder_says_so(stage, scripted, workspace):
     """An empty folder is "(empty folder)", not an empty string the model may misread."""
     (workspace / "empty").mkdir()
     assert call_tool(stage, scripted, "list_dir", path="empty")["content"] == "(empty folder)"
+
+
+# -- special files, big files, safe writes ------------------------------------------------
+
+
+@pytest.fixture
+def fails_if_blocked():
+    """Opening a FIFO can wait forever. An alarm after 5 seconds interrupts the wait, so a tool
+    that blocks makes the test fail (with a TimeoutError result) instead of hanging it."""
+    def give_up(signum, frame):
+        raise TimeoutError("the tool blocked for 5 seconds")
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(5)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+WRONG_KINDS = {
+    "read a FIFO": ("read_file", {"path": "pipe"}, "pipe is a FIFO (named pipe), not a regular file"),
+    "write a FIFO": ("write_file", {"path": "pipe", "content": "x"}, "pipe is a FIFO (named pipe), not a regular file"),
+    "edit a FIFO": ("edit_file", {"path": "pipe", "old_text": "a", "new_text": "b"}, "pipe is a FIFO"),
+    "list a FIFO": ("list_dir", {"path": "pipe"}, "pipe is a FIFO (named pipe), not a folder"),
+    "read a folder": ("read_file", {"path": "src"}, "src is a folder, not a regular file"),
+    "list a file": ("list_dir", {"path": "a.txt"}, "a.txt is a regular file, not a folder"),
+}
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize(("name", "tool_input", "said"), WRONG_KINDS.values(), ids=WRONG_KINDS.keys())
+def test_file_tools_refuse_the_wrong_kind_of_file_before_opening_it(stage, name, tool_input, said, scripted,
+                                                                     workspace, fails_if_blocked):
+    """A FIFO (`mkfifo pipe`) is not a file: opening it waits for a writer that never comes. Each
+    tool looks at what a path is first, and says what it found; the FIFO stays as it was."""
+    os.mkfifo(workspace / "pipe")
+    (workspace / "src").mkdir()
+    (workspace / "a.txt").write_text("a")
+    result = call_tool(stage, scripted, name, **tool_input)
+    assert result["is_error"] and said in result["content"]
+    assert stat.S_ISFIFO(os.stat(workspace / "pipe").st_mode)
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_read_file_refuses_a_device(stage, scripted, workspace):
+    """A link to a device is refused: /dev/zero would be read until memory runs out (/dev/null
+    stands in for it here). From s03 on, safe_path already refuses it as outside the workspace."""
+    (workspace / "zero").symlink_to("/dev/null")
+    result = call_tool(stage, scripted, "read_file", path="zero")
+    said = "outside the workspace" if hasattr(stage, "safe_path") else "zero is a character device"
+    assert result["is_error"] and said in result["content"]
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize("limit", [5, None])
+def test_read_file_reads_only_what_it_can_show(stage, limit, scripted, workspace):
+    """A 300 MB log (sparse here: it costs no disk) is not read whole: with or without `limit`,
+    memory stays far below the file's size, and the result says how much was not shown."""
+    with open(workspace / "big.log", "wb") as log:
+        log.write(b"".join(b"line %d\n" % n for n in range(1, 11)))
+        log.truncate(300 * 2**20)  # the rest reads as NUL bytes
+    tracemalloc.start()
+    try:
+        content = call_tool(stage, scripted, "read_file", path="big.log", limit=limit)["content"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20
+    if limit:
+        assert content == "line 1\nline 2\nline 3\nline 4\nline 5\n" f"... [{300 * 2**20 - 35} more bytes not shown]"
+    else:  # the first MAX_OUTPUT characters hold NUL bytes: it is binary, and says its full size
+        assert "binary or non-UTF-8 file (314,572,800 bytes)" in content
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_read_file_keeps_a_character_split_at_a_read_boundary(stage, scripted, workspace):
+    """A file is read in pieces, and a piece can end inside a two-byte character such as é.
+    The character is completed by the next piece: the file is still text, not "non-UTF-8"."""
+    (workspace / "accents.txt").write_text("a" + "é" * (stage.MAX_OUTPUT + 10), encoding="utf-8")
+    content = call_tool(stage, scripted, "read_file", path="accents.txt")["content"]
+    assert content == "a" + "é" * (stage.MAX_OUTPUT - 1) + "\n... [22 more bytes not shown]"  # 11 é left
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize(("name", "tool_input"), [
+    ("write_file", {"path": "a.txt", "content": "bad \ud800"}),
+    ("edit_file", {"path": "a.txt", "old_text": "old", "new_text": "bad \ud800"}),
+])
+def test_a_failed_write_leaves_the_old_content(stage, name, tool_input, scripted, workspace):
+    """A lone surrogate cannot be written as UTF-8, so the write fails halfway. The new text goes
+    to a temporary file first, so the old file is untouched, and the temporary file is removed."""
+    (workspace / "a.txt").write_text("old content\n")
+    result = call_tool(stage, scripted, name, **tool_input)
+    assert result["is_error"] and "UnicodeEncodeError" in result["content"]
+    assert (workspace / "a.txt").read_text() == "old content\n"
+    assert os.listdir(workspace) == ["a.txt"]
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize(("name", "tool_input"), [
+    ("write_file", {"path": "link.txt", "content": "changed"}),
+    ("edit_file", {"path": "link.txt", "old_text": "secret", "new_text": "changed"}),
+])
+def test_a_write_does_not_go_through_a_hard_link(stage, name, tool_input, scripted, workspace, tmp_path_factory):
+    """A hard link is a second name for the same file, here one outside the workspace. A write
+    gives the workspace name a new file of its own, so the outside file keeps its content."""
+    outside = tmp_path_factory.mktemp("outside") / "victim.txt"
+    outside.write_text("secret")
+    os.link(outside, workspace / "link.txt")
+    assert not call_tool(stage, scripted, name, **tool_input)["is_error"]
+    assert (workspace / "link.txt").read_text() == "changed" and outside.read_text() == "secret"
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize(("name", "tool_input"), [
+    ("write_file", {"path": "run.sh", "content": "echo new\n"}),
+    ("edit_file", {"path": "run.sh", "old_text": "old", "new_text": "new"}),
+])
+def test_a_write_keeps_the_permission_bits(stage, name, tool_input, scripted, workspace):
+    """The replacing file gets the old one's permissions, so a script stays executable; a new
+    file gets the same permissions as any other new file."""
+    (workspace / "run.sh").write_text("echo old\n")
+    (workspace / "run.sh").chmod(0o750)
+    assert not call_tool(stage, scripted, name, **tool_input)["is_error"]
+    assert stat.S_IMODE((workspace / "run.sh").stat().st_mode) == 0o750
+    (workspace / "usual.txt").touch()
+    assert not call_tool(stage, scripted, "write_file", path="new.txt", content="x")["is_error"]
+    assert (workspace / "new.txt").stat().st_mode == (workspace / "usual.txt").stat().st_mode
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_write_file_through_a_symlink_changes_the_file_it_points_to(stage, scripted, workspace):
+    """Writing to a symlink writes the file it points to, as open() would; the link stays a link."""
+    (workspace / "real.txt").write_text("old")
+    (workspace / "alias.txt").symlink_to("real.txt")
+    assert not call_tool(stage, scripted, "write_file", path="alias.txt", content="new")["is_error"]
+    assert (workspace / "alias.txt").is_symlink() and (workspace / "real.txt").read_text() == "new"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file")
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_a_write_refuses_a_read_only_file(stage, scripted, workspace):
+    """Replacing a file needs only a writable folder, yet a read-only file stays read-only."""
+    (workspace / "locked.txt").write_text("old")
+    (workspace / "locked.txt").chmod(0o444)
+    result = call_tool(stage, scripted, "write_file", path="locked.txt", content="new")
+    assert result["is_error"] and "read-only" in result["content"]
+    assert (workspace / "locked.txt").read_text() == "old"
