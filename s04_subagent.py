@@ -849,14 +849,14 @@ def call_model(messages: list, tools: list, system: str, agent: str = "parent") 
     try:
         with client.messages.stream(**request) as stream:
             for text in stream.text_stream:
-                if agent == "parent":  # a child's text is shown whole, indented, once its reply is complete
+                if agent == "parent":  # a child's text is shown below, indented, once its reply is complete
                     print(text, end="", flush=True)
             response = stream.get_final_message()
     finally:
         save_transcript(agent, request, response)
     if text_of(response.content) and agent == "parent":
         print()  # end the line the text streamed onto
-    elif text_of(response.content) and response.stop_reason == "tool_use":  # the child's answer is the task's result
+    elif text_of(response.content) and response.stop_reason == "tool_use":  # its last answer shows as the task result
         print(textwrap.indent(text_of(response.content), "    "))
     return response
 
