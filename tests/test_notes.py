@@ -15,6 +15,10 @@ DOCUMENTS = [*NOTES, ROOT / "README.md"]
 STAGE_NOTES = [ROOT / "notes" / f"{stage}.md" for stage in STAGE_NAMES]
 
 
+def document_id(path) -> str:
+    return path.name if path.parent == ROOT else f"notes/{path.name}"
+
+
 # A ```sh block holding one `python tests/...` command, then a ```text block: what that command prints.
 SHOWN_OUTPUT = re.compile(r"^```sh\n(python tests/[^\n]+)\n```\n\n```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
@@ -39,7 +43,7 @@ def test_there_is_a_note_per_stage_and_a_course_map():
     assert {path.name for path in NOTES} == {"README.md", *(f"{stage}.md" for stage in STAGE_NAMES)}
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_every_test_and_test_file_a_document_names_exists(document):
     """A note that says "run test_x" or "add to tests/test_y.py" points at something real."""
     text = document.read_text()
@@ -50,7 +54,7 @@ def test_every_test_and_test_file_a_document_names_exists(document):
     assert not named_tests - ALL_TESTS, f"no such tests: {sorted(named_tests - ALL_TESTS)}"
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_every_pytest_selection_a_document_shows_selects_tests(document):
     """`pytest tests/test_x.py -k words` in a note selects at least one test for each word."""
     for file, expression in re.findall(r"pytest (tests/[a-z0-9_]+\.py) -k (\"[^\"]+\"|\S+)", document.read_text()):
@@ -107,7 +111,7 @@ def printed(command: str) -> list:
     return [as_compared(line) for line in done.stdout.splitlines()]
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_the_output_a_document_shows_is_what_its_command_prints(document):
     """A ```text block right after a ```sh command shows that command's output, figures included: each of its
     lines is printed, in that order. Lines may be left out; a line ending in `...` is cut short there."""
