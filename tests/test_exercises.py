@@ -35,7 +35,7 @@ def parse_break_it(item: str) -> dict:
         return {"problem": "it needs a ```diff block followed by a ```sh block"}
     diff = blocks[languages.index("diff")][1].splitlines()
     command = blocks[languages.index("sh", languages.index("diff"))][1].strip()
-    if not diff[0].startswith("--- ") or any(line[:1] not in "-+" or not line for line in diff[1:]):
+    if not diff or not diff[0].startswith("--- ") or any(line[:1] not in "-+" or not line for line in diff[1:]):
         return {"problem": "the diff must start with `--- <stage file>` and hold only `-` and `+` lines"}
     removed = [line[1:] for line in diff[1:] if line.startswith("-")]
     added = [line[1:] for line in diff[1:] if line.startswith("+")]
