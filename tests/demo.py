@@ -32,7 +32,7 @@ SESSIONS = {
     "s01": [
         ("How many lines of Python are in this folder?", [
             reply("I'll count them with wc.", tool("bash", command="find . -name '*.py' | xargs wc -l")),
-            reply("There are 5 Python files with 24 lines in all; greet.py is the longest."),
+            reply("There are 4 Python files with 20 lines in all; src/storage.py is the longest."),
         ]),
     ],
     "s02": [

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, clean_env, context_sizes
 
 EXPECTED = {  # what each stage's demo must show a newcomer
-    "s01": ["> bash:", "24 lines"],
+    "s01": ["> bash:", "20 lines"],
     "s02": ["> edit_file: greet.py", "Hello, world!"],
     "s03": ["outside the workspace", "refused, not run: sudo", "> bash: rm -rf build/"],
     "s04": ["> task: survey src/", "    > read_file: src/cli.py", "= subagent: 3 turns"],
@@ -32,6 +32,18 @@ def test_the_demo_runs_every_stage_and_says_the_model_is_scripted(short_name, ca
     out = capsys.readouterr().out
     assert "SCRIPTED" in out and "Traceback" not in out
     assert all(text in out for text in EXPECTED[short_name]), out
+
+
+def test_the_s01_demos_answer_is_what_its_command_prints(tmp_path):
+    """The scripted answer is true of the sample project: the files, lines and longest file that `wc -l` counts."""
+    demo.make_workspace(tmp_path)
+    [(_, [asked, answered])] = demo.SESSIONS["s01"]
+    command = asked["content"][-1]["input"]["command"]
+    printed = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=10, check=True)
+    *files, (total, _) = [line.split() for line in printed.stdout.strip().splitlines()]
+    longest = max(files, key=lambda row: int(row[0]))[1].removeprefix("./")
+    said = answered["content"][0]["text"]
+    assert f"{len(files)} Python files with {total} lines" in said and f"{longest} is the longest" in said, said
 
 
 def test_the_s04_demo_shows_the_parents_context_staying_small(capsys):

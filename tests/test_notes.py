@@ -1,14 +1,26 @@
 """The notes are part of the course: what they name must exist, so a reader never follows a dead end."""
 
 import ast
+import functools
 import re
+import shlex
+import subprocess
+import sys
 
 import pytest
-from conftest import ROOT, STAGE_NAMES
+from conftest import ROOT, STAGE_NAMES, clean_env
 
 NOTES = sorted((ROOT / "notes").glob("*.md"))
 DOCUMENTS = [*NOTES, ROOT / "README.md"]
 STAGE_NOTES = [ROOT / "notes" / f"{stage}.md" for stage in STAGE_NAMES]
+
+
+def document_id(path) -> str:
+    return path.name if path.parent == ROOT else f"notes/{path.name}"
+
+
+# A ```sh block holding one `python tests/...` command, then a ```text block: what that command prints.
+SHOWN_OUTPUT = re.compile(r"^```sh\n(python tests/[^\n]+)\n```\n\n```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def defined_tests(path) -> set:
@@ -31,7 +43,7 @@ def test_there_is_a_note_per_stage_and_a_course_map():
     assert {path.name for path in NOTES} == {"README.md", *(f"{stage}.md" for stage in STAGE_NAMES)}
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_every_test_and_test_file_a_document_names_exists(document):
     """A note that says "run test_x" or "add to tests/test_y.py" points at something real."""
     text = document.read_text()
@@ -42,7 +54,7 @@ def test_every_test_and_test_file_a_document_names_exists(document):
     assert not named_tests - ALL_TESTS, f"no such tests: {sorted(named_tests - ALL_TESTS)}"
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name if path.parent == ROOT else f"notes/{path.name}")
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_every_pytest_selection_a_document_shows_selects_tests(document):
     """`pytest tests/test_x.py -k words` in a note selects at least one test for each word."""
     for file, expression in re.findall(r"pytest (tests/[a-z0-9_]+\.py) -k (\"[^\"]+\"|\S+)", document.read_text()):
@@ -81,3 +93,32 @@ def test_each_note_has_the_sections_a_reader_expects(note):
     if note.stem != STAGE_NAMES[0]:
         previous = STAGE_NAMES[STAGE_NAMES.index(note.stem) - 1]
         assert f"diff -u {previous}.py {note.stem}.py" in text
+
+
+def as_compared(line: str) -> str:
+    """A line of output without colours, trailing spaces or timings (those change from run to run)."""
+    return re.sub(r"\b\d+\.\d+s\b", "N.Ns", re.sub(r"\x1b\[[0-9;]*m", "", line)).rstrip()
+
+
+@functools.cache
+def printed(command: str) -> list:
+    """The lines a documented command prints, run once. The scripted model's token estimates include
+    the workspace's path, so the temporary folder is the default one, as on a learner's machine."""
+    env = {name: value for name, value in clean_env().items() if name not in ("TMPDIR", "TEMP", "TMP")}
+    done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"`{command}` failed: {done.stderr[-2000:]}"
+    return [as_compared(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
+def test_the_output_a_document_shows_is_what_its_command_prints(document):
+    """A ```text block right after a ```sh command shows that command's output, figures included: each of its
+    lines is printed, in that order. Lines may be left out; a line ending in `...` is cut short there."""
+    for command, shown in SHOWN_OUTPUT.findall(document.read_text()):
+        output = iter(printed(command))
+        for line in map(as_compared, shown.splitlines()):
+            if line.strip() != "...":
+                start = line.removesuffix("...")
+                assert any(out == line or (line.endswith("...") and out.startswith(start)) for out in output), (
+                    f"`{command}` no longer prints this line, or not in this order:\n{line}")

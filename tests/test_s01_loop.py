@@ -76,7 +76,7 @@ def test_a_cut_off_tool_call_is_never_run(stage, scripted, workspace, capsys):
     not run, and the model gets another try."""
     model = scripted(stage, [reply(tool("bash", command="touch ran"), stop_reason="max_tokens"), reply("ok")])
     stage.run_turn([], "go")
-    assert not (workspace / "ran").exists()
+    assert not (workspace / "ran").exists(), "the cut-off call was run"
     [result] = tool_results(model.requests[1])
     assert result["is_error"] and "max_tokens" in result["content"]
     assert "cut off" in capsys.readouterr().out

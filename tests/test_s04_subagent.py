@@ -17,7 +17,8 @@ def tool_names(request: dict) -> list:
 
 
 def is_child(request: dict) -> bool:
-    return "task" not in tool_names(request)
+    """Told apart by the system prompt, not by the tools: a child offered task must still be seen as the child."""
+    return request["system"] == s04.child_system_prompt()
 
 
 def delegate(prompt: str = "Find where the tests live.", description: str = "explore tests") -> dict:
@@ -48,6 +49,7 @@ def test_the_child_starts_from_a_fresh_conversation_holding_only_the_prompt(scri
     [child] = [r for r in model.requests if is_child(r)]
     assert child["messages"] == [{"role": "user", "content": "List the test files."}]
     assert child["system"] == s04.child_system_prompt() != s04.system_prompt()
+    assert "task" not in tool_names(child), "the child was offered task: it could start children of its own"
     assert tool_names(child) == CHILD_NAMES
 
 
