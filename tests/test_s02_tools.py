@@ -7,6 +7,7 @@ import tracemalloc
 
 import pytest
 from conftest import call_tool, stages_from
+from fake_api import FakeAPI, reply, tool
 
 TOOL_STAGES = stages_from("s02_tools")
 
@@ -283,3 +284,15 @@ def test_a_write_refuses_a_read_only_file(stage, scripted, workspace):
     result = call_tool(stage, scripted, "write_file", path="locked.txt", content="new")
     assert result["is_error"] and "read-only" in result["content"]
     assert (workspace / "locked.txt").read_text() == "old"
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_a_file_name_that_is_not_utf8_is_listed_with_a_replacement_character(stage, scripted, workspace):
+    """A file named with bytes that are not UTF-8 (from another system's disk) is listed with the
+    replacement character; the real SDK could not send the name as Python reads it."""
+    (workspace / os.fsdecode(b"caf\xe9.txt")).write_text("")
+    with FakeAPI([reply(tool("list_dir")), reply("one file")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "what is here?")
+    assert api.requests[1]["messages"][-1]["content"][0]["content"] == "caf\ufffd.txt" and len(messages) == 4
