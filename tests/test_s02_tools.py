@@ -295,4 +295,5 @@ def test_a_file_name_that_is_not_utf8_is_listed_with_a_replacement_character(sta
         scripted(stage, None, client=api.client())
         messages = []
         stage.run_turn(messages, "what is here?")
+    assert len(api.requests) == 2, "the listing could not be sent back to the model"
     assert api.requests[1]["messages"][-1]["content"][0]["content"] == "caf\ufffd.txt" and len(messages) == 4
