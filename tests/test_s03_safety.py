@@ -196,7 +196,7 @@ def test_check_command_judges_malformed_input_without_crashing(stage, command, w
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_check_command_never_runs_anything(stage, workspace):
     """check_command is pure: judging `touch proof` does not create proof."""
-    assert stage.check_command("touch proof; $(touch proof2)") is None
+    assert stage.check_command("touch proof; echo $(touch proof2)") is None
     assert not (workspace / "proof").exists() and not (workspace / "proof2").exists()
 
 
