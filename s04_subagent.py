@@ -925,6 +925,8 @@ def main() -> int:
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
+    print(dim(f"the wall is off ({wall_problem()}): only the filter stands in front of commands" if wall_problem()
+              else "the wall is on: commands see the file system read-only, except this workspace"))
     messages = []
     while True:
         try:
