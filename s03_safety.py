@@ -3,16 +3,18 @@
 
     tool_use --> file tools --> safe_path(path) ---- outside WORKDIR? --> refused
              |
-             +-> bash ------> check_command(cmd) -- dangerous? ---------> refused, not run
+             +-> bash ------> check_command(cmd) -- dangerous, or unreadable? --> refused, not run
                                    |
-                              run_bash: own process group, no stdin, no secrets,
-                              output capped, time limit; the whole group is
-                              killed when the call ends
+                              run_bash: bash inside the wall (bubblewrap: all read-only but
+                              WORKDIR, private /tmp, own PID namespace, no capabilities);
+                              own process group, no stdin, no secrets, output capped,
+                              time limit; everything it started is killed when the call ends
 
-Key insight: a model with a shell and a file system needs fences. These fences
-stop accidents and the usual dangerous commands; they are a speed bump, not a
-sandbox. Real isolation comes from the operating system: a container, a
-separate user, an OS sandbox.
+Key insight: a model with a shell and a file system needs fences, and the
+real boundary is the operating system: the wall decides what a command can
+touch. The command filter is a speed bump that explains: it refuses the
+usual dangerous commands, and what it cannot read, with a reason the model
+can act on.
 """
 
 import contextlib
