@@ -78,7 +78,7 @@ def run_bash(command: str) -> str:
     """Run a shell command in WORKDIR; return its output and any failure."""
     try:
         done = subprocess.run(
-            command, shell=True, cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
+            ["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
     except subprocess.TimeoutExpired:

@@ -16,11 +16,13 @@ parent's context stays small however much the child read.
 
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import os
 import re
 import select
+import shlex
 import signal
 import stat
 import subprocess
@@ -159,284 +161,231 @@ def safe_path(path: str) -> Path:
     return target
 
 
-# -- fence 2: dangerous commands are refused ---------------------------------------
-# A shell command line is a small program. To judge it, split it the way the shell
-# does into the simple commands it runs (through ; && || | & newlines, $(...),
-# backticks, bash -c, eval, xargs, env and other wrappers), then judge each by its
-# program and arguments. Words are judged, never substrings: `grep -rn sudo .` and
-# `echo "rm -rf /"` are fine.
+# -- fence 2: a speed bump that explains -----------------------------------------
+# check_command reads a command line as bash does and refuses well-known dangerous
+# commands with a reason the model can act on. Words are judged, never substrings:
+# `grep -rn sudo .` is fine. It reads a stated part of bash (words, quotes, ; & && || |,
+# newlines, ( ) and { } groups, redirects, heredocs, $(...), `...`, <(...)) and refuses
+# what it cannot read instead of guessing: a program name known only at run time, code
+# a shell or interpreter reads from a pipe, inline code that starts other programs, eval
+# of anything not literal. It is a speed bump, not the boundary: the wall (fence 3) is.
 
 REFUSED_PROGRAMS = {
-    "sudo": "changes privileges", "su": "changes privileges", "doas": "changes privileges",
-    "pkexec": "changes privileges",
-    "shutdown": "powers off the machine", "reboot": "restarts the machine", "halt": "stops the machine",
-    "poweroff": "powers off the machine",
-    "wipefs": "erases disk signatures", "fdisk": "repartitions a disk", "sfdisk": "repartitions a disk",
-    "cfdisk": "repartitions a disk", "parted": "repartitions a disk", "gdisk": "repartitions a disk",
+    **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
+    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff", "kexec"], "powers off or restarts the machine"),
+    **dict.fromkeys(["wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "gdisk", "sgdisk", "blkdiscard", "mkswap"],
+                    "erases or repartitions a disk"),
     "killall5": "kills every process",
 }
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash"}
-INTERPRETERS = {"python", "node", "perl", "ruby", "php"}  # their inline code is checked for commands in strings
-DOWNLOADERS = {"curl", "wget"}
-# Wrappers run the command after them: {wrapper: options that take a value}.
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "source", "."}  # they run shell code
+INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "r"}  # -> letters of inline code
+STARTS_PROGRAMS = re.compile(r"\b(system|popen|Popen|spawn\w*|exec|exec[lv]p?e?|execSync|execFile\w*|fork\w*"
+                             r"|subprocess|child_process|pty|qx)\b|`")
+# Wrappers run the command after their options: {wrapper: (short options that take a value, long ones)}.
 WRAPPERS = {
-    "env": {"-u", "--unset", "-C", "--chdir", "-S"}, "nohup": set(), "time": {"-f", "-o"},
-    "command": set(), "builtin": set(), "exec": {"-a"}, "nice": {"-n"}, "ionice": {"-c", "-n"},
-    "timeout": {"-s", "--signal", "-k", "--kill-after"}, "stdbuf": {"-i", "-o", "-e"},
-    "xargs": {"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a"}, "watch": {"-n"},
+    "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "nohup": ("", []), "setsid": ("", []),
+    "command": ("", []), "builtin": ("", []), "exec": ("a", []), "busybox": ("", []),
+    "time": ("fo", ["--format", "--output"]), "nice": ("n", ["--adjustment"]),
+    "timeout": ("sk", ["--signal", "--kill-after"]), "stdbuf": ("ioe", ["--input", "--output", "--error"]),
+    "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
 }
-KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!"}
 SYSTEM_DIRS = [Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
                                  "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/Users", "/System", "/Library")]
-HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty",
-                    "/dev/stdin", "/dev/stdout", "/dev/stderr"}
-START_UP_FILES = {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-                  ".zshrc", ".zshenv", ".zprofile", ".zlogin"}
-FORK_BOMB = re.compile(r"([^\s();|&]+)\s*\(\s*\)\s*\{([^}]*)\}")  # name() { ... name ... }
-OPERATORS = ["&&", "||", "|&", ";;", "&>>", "&>", ">>", ">|", ">&", "<<<", "<<", "<&", ";", "&", "|", "(", ")", "<", ">"]
-WRITES = {">", ">>", ">|", "&>", "&>>", ">&"}
+HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/stdin",
+                    "/dev/stdout", "/dev/stderr"}
+MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
 
-def find_or_end(text: str, sub: str, start: int) -> int:
-    index = text.find(sub, start)
-    return len(text) if index < 0 else index
-
-
-def closing(script: str, start: int) -> int:
-    """Index of the bracket or backtick closing the one at `start`, skipping quoted text."""
-    opener = script[start]
-    closer, depth, i = {"(": ")", "`": "`"}[opener], 0, start
-    while i < len(script):
-        char = script[i]
-        if char == "\\":
-            i += 1
-        elif char == "'" and opener != "`":
-            i = find_or_end(script, "'", i + 1)
-        elif char == closer and (depth == 1 or opener == "`") and i > start:
-            return i
-        elif char == opener:
-            depth += 1
-        elif char == closer:
-            depth -= 1
-        i += 1
-    return len(script)
-
-
-def substitution(script: str, opener: int) -> tuple:
-    """The script inside the ( or ` at `opener` (of $(...), <(...), `...`), and the index after its end."""
-    end = closing(script, opener)
-    return script[opener + 1:end], end + 1
-
-
-def take_heredoc(script: str, i: int) -> tuple:
-    """For the heredoc whose << ends at i: its body, the script without the body, the index after its delimiter."""
-    match = re.compile(r"-?\s*(['\"]?)([^\s'\"<>|&;()]+)\1").match(script, i)
-    if not match:
-        return "", script, i
-    line_end = find_or_end(script, "\n", i)
-    body_end = re.compile(rf"^\t*{re.escape(match.group(2))}$", re.MULTILINE).search(script, line_end + 1)
-    if body_end is None:
-        return script[line_end + 1:], script[:line_end + 1], match.end()
-    return script[line_end + 1:body_end.start()], script[:line_end + 1] + script[body_end.end() + 1:], match.end()
-
-
-def tokenize(script: str) -> list:
-    """Split shell text into ("word", text, inner scripts) and ("op", text, []) tokens.
-
-    Quotes and backslashes are removed from words as the shell removes them.
-    $(...), `...` and <(...) become inner scripts (they run too). A heredoc
-    becomes a here-string: the operator <<< followed by its body as a word.
-    """
-    tokens, word, inner, in_word, i = [], "", [], False, 0
-
-    def end_word():
-        nonlocal word, inner, in_word
-        if in_word:
-            tokens.append(("word", word, inner))
-        word, inner, in_word = "", [], False
-
-    while i < len(script):
-        char, pair = script[i], script[i:i + 2]
-        if char == "\\":
-            word, in_word, i = word + script[i + 1:i + 2].strip("\n"), True, i + 2
-        elif char == "'":
-            end = find_or_end(script, "'", i + 1)
-            word, in_word, i = word + script[i + 1:end], True, end + 1
-        elif pair == "$'":  # ANSI-C quoting: $'\x72m' is rm
-            end = i + 2
-            while end < len(script) and script[end] != "'":
-                end += 2 if script[end] == "\\" else 1
-            text = script[i + 2:end].encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
-            word, in_word, i = word + text, True, end + 1
-        elif char == '"':  # inside double quotes, $(...) and `...` still run
-            i += 1
-            while i < len(script) and script[i] != '"':
-                if script[i] == "\\" and script[i + 1:i + 2] in ('"', "\\", "$", "`", "\n"):
-                    word, i = word + script[i + 1].strip("\n"), i + 2
-                elif script[i:i + 2] == "$(" or script[i] == "`":
-                    body, i = substitution(script, i + (script[i] != "`"))
-                    inner.append(body)
-                    word += "$(...)"
-                else:
-                    word, i = word + script[i], i + 1
-            in_word, i = True, i + 1
-        elif pair in ("$(", "<(", ">(") or char == "`":
-            body, i = substitution(script, i + (char != "`"))
-            inner.append(body)
-            word, in_word = word + "$(...)", True
-        elif char == "#" and not in_word:  # a comment, to the end of the line
-            i = find_or_end(script, "\n", i)
-        elif char in " \t":
-            end_word()
-            i += 1
-        elif char == "\n":
-            end_word()
-            tokens.append(("op", "\n", []))
-            i += 1
-        elif op := next((op for op in OPERATORS if script.startswith(op, i)), None):
-            if char in "<>" and word.isdigit():  # in 2>&1 the 2 is a file descriptor, not a word
-                word, in_word = "", False
-            end_word()
-            i += len(op)
-            if op == "<<":
-                body, script, i = take_heredoc(script, i)
-                tokens += [("op", "<<<", []), ("word", body, [])]
-            else:
-                tokens.append(("op", op, []))
-        else:
-            word, in_word, i = word + char, True, i + 1
-    end_word()
-    return tokens
-
-
-def parse(script: str) -> list:
-    """The pipelines a script runs; each is a list of simple commands:
-    {"words": [...], "redirects": [(operator, target)], "stdin": text or None, "inner": [scripts]}."""
-    def new():
-        return {"words": [], "redirects": [], "stdin": None, "inner": []}
-    pipelines, pipeline, command, redirect = [], [], new(), None
-    for kind, text, inner in tokenize(script) + [("op", ";", [])]:
-        if kind == "word":
-            command["inner"] += inner
-            if redirect == "<<<":
-                command["stdin"] = text
-            elif redirect:
-                command["redirects"].append((redirect, text))
-            else:
-                command["words"].append(text)
-            redirect = None
-        elif text in ("|", "|&"):
-            pipeline.append(command)
-            command = new()
-        elif text in (";", ";;", "&", "&&", "||", "\n", "(", ")"):
-            pipeline.append(command)
-            pipelines.append([c for c in pipeline if c["words"] or c["redirects"] or c["inner"]])
-            pipeline, command = [], new()
-        else:
-            redirect = text
-    return [p for p in pipelines if p]
-
-
-def program_name(word: str) -> str:
-    """`/usr/bin/../bin/rm` is rm, `python3.12` is python."""
-    name = word.rsplit("/", 1)[-1]
-    return re.sub(r"^(python|pypy)[0-9.]*$", "python", name)
-
-
-def unwrap(words: list) -> list:
-    """Strip what runs the real command: VAR=value, keywords and wrappers (env, nohup, xargs ...)."""
-    while words:
-        first = words[0].lstrip("{(")
-        name = program_name(first)
-        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", first) or first in KEYWORDS or not first:
-            words = words[1:]  # env's own VAR=value words go this way too
-            continue
-        if name == "command" and words[1:2] in (["-v"], ["-V"]):
-            return []  # `command -v rm` only asks where rm is
-        if name not in WRAPPERS:
-            return [first, *words[1:]]
-        rest = words[1:]
-        while rest and rest[0].startswith("-"):
-            rest = rest[2:] if rest[0] in WRAPPERS[name] else rest[1:]
-        if name == "timeout" and rest:
-            rest = rest[1:]  # the duration
-        if name == "xargs" and rest:
-            rest = [*rest, "$XARGS_INPUT"]  # arguments arrive on stdin: the filter cannot see them
-        words = rest
-    return words
-
-
-def where(word: str) -> Path | None:
-    """The absolute path a command argument names, or None when the filter cannot tell ($VAR, ~user)."""
-    if "\0" in word:
-        return None
-    text = os.path.expanduser(os.path.expandvars(word))
-    if text.startswith("~") or "$" in text:
-        return None
-    text = re.split(r"[*?[]", text)[0] or "."  # `build/*` deletes inside build/, `/*` inside /
-    return (WORKDIR.resolve() / text).resolve()
-
-
-def inside_workspace(path: Path) -> bool:
-    return path.is_relative_to(WORKDIR.resolve())
-
-
-def system_path(path: Path | None) -> bool:
-    return path is not None and not inside_workspace(path) and (
-        path == Path("/") or any(path.is_relative_to(folder) for folder in SYSTEM_DIRS))
-
-
-def write_refusal(target: str) -> str | None:
-    """Why writing to `target` must not happen: a device, kernel settings, system or start-up files."""
-    path = where(target)
-    if path is None or inside_workspace(path):
-        return None
-    if str(path) in HARMLESS_DEVICES or path.is_relative_to("/dev/fd"):
-        return None
-    if path.is_relative_to("/dev"):
-        return f"writes to the device {target}"
-    if path.is_relative_to("/proc") or path.is_relative_to("/sys"):
-        return f"writes kernel settings ({target})"
-    if path.name in START_UP_FILES:
-        return f"writes the shell start-up file {target}"
-    if system_path(path):
-        return f"writes the system file {target}"
+def check_command(command: str, depth: int = 0) -> str | None:
+    """Why this command line must not run, or None. A pure function: it never runs anything."""
+    try:
+        for simple in parse(command, depth)[0]:
+            writes = [target for operator, target in simple["redirects"] if operator not in ("<", "<&")]
+            reason = check_writes(writes) or check_words(simple, depth)
+            if reason:
+                return reason.replace("\0", "")  # a NUL marks an expansion (see parse): show none
+    except ValueError as unreadable:
+        if depth:
+            raise  # to the outermost call, which says it
+        return f"the filter cannot read this command: {unreadable}".replace("\0", "")
     return None
 
 
+def check_words(simple: dict, depth: int) -> str | None:
+    """Judge one simple command by its program and arguments."""
+    words = unwrap(simple["words"])
+    if not words:
+        return None
+    if unreadable(words[0]):
+        raise ValueError(f"the program name {words[0]} is only known when the command runs; write it out")
+    program, args = program_name(words[0]), words[1:]
+    if program == simple["function"]:
+        return f"the function {program} starts copies of itself (a fork bomb)"
+    if program in REFUSED_PROGRAMS:
+        return f"{program} {REFUSED_PROGRAMS[program]}"
+    if program.startswith(("mkfs", "mke2fs")):
+        return f"{program} formats a disk"
+    if program in SHELLS or program in INTERPRETERS:
+        return check_code(program, args, simple, depth)
+    for command in find_commands(args) if program == "find" else []:  # find -exec runs a command of its own
+        reason = check_command(shlex.join(command), depth + 1)
+        if reason:
+            return reason
+    return RULES[program](args) if program in RULES else None
+
+
+def check_code(program: str, args: list, simple: dict, depth: int) -> str | None:
+    """A shell, eval, source or an interpreter runs code: judge the code, or refuse what it cannot read."""
+    options, operands = options_and_operands(args)
+    if program == "eval":
+        codes = [" ".join(args)]
+    elif program in SHELLS:  # bash -c CODE NAME ARGS: judging every operand as code errs on the safe side
+        codes = operands if any(re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", option) for option in options) else []
+    else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
+        codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
+            rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
+    if not codes and (operands[:1] not in ([], ["-"]) or program == "python" and has_flag(options, "m")):
+        if operands and unreadable(operands[0]):  # a script file or, for python -m, a module
+            raise ValueError(f"{program} runs {operands[0]}, which is only known when the command runs")
+        return None
+    if not codes and simple["stdin"] is None and not any(op == "<" for op, _ in simple["redirects"]):
+        raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
+    for code in codes or [simple["stdin"] or ""]:  # `bash < script.sh` runs a file, like `bash script.sh`
+        if "\0" in code:
+            raise ValueError(f"{program} runs code that is only known when the command runs")
+        found = STARTS_PROGRAMS.search(code) if program in INTERPRETERS else None
+        reason = found and f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
+        reason = reason or (check_command(code, depth + 1) if program in SHELLS else None)
+        if reason:
+            return reason
+    return None
+
+
+def unwrap(words: list) -> list:
+    """Strip what only runs the real command: VAR=value, keywords, and wrappers with their options."""
+    i, xargs, replaced = 0, False, False
+    while i < len(words) and (words[i] in KEYWORDS or re.match(r"[A-Za-z_]\w*\+?=", words[i])):
+        i += 1
+    while i < len(words) and program_name(words[i]) in WRAPPERS:
+        name = program_name(words[i])
+        options, i = split_options(words, i + 1, *WRAPPERS[name])
+        if name == "command" and has_flag(options, "vV"):
+            return []  # `command -v rm` only asks where rm is
+        if name == "env" and has_flag(options, "S", "--split-string"):
+            raise ValueError("env -S builds the command from one string; write the command out")
+        while name == "env" and i < len(words) and "=" in words[i]:
+            i += 1  # env's own VAR=value words
+        i += name == "timeout"  # the duration
+        xargs, replaced = xargs or name == "xargs", replaced or name == "xargs" and has_flag(options, "Ii", "--replace")
+    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any of them
+        return [words[i], *("\0" * replaced + word for word in words[i + 1:]), "\0(input)"]
+    return words[i:]
+
+
+def split_options(words: list, start: int, short_values: str, long_values: list) -> tuple:
+    """A wrapper's options from `start` on, and where its command begins, as GNU reads them: `-n5`,
+    `-n 5`, `--sig=KILL`, `--sig KILL` (long options may be shortened); `--` or an operand ends them."""
+    i = start
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        option, i = words[i], i + 1
+        if option == "--":
+            break
+        if option.startswith("--"):
+            i += "=" not in option and any(name.startswith(option) for name in long_values)
+        else:  # a letter that takes a value takes the rest of the word, or else the next word
+            i += next((k for k, letter in enumerate(option[1:]) if letter in short_values), -1) == len(option) - 2
+    return words[start:i], i
+
+
 def options_and_operands(args: list) -> tuple:
-    """Split arguments into options (-rf, --force) and operands; `--` ends the options."""
-    if "--" in args:
-        cut = args.index("--")
-        return [a for a in args[:cut] if a.startswith("-")], [a for a in args[:cut] if not a.startswith("-")] + args[cut + 1:]
-    return [a for a in args if a.startswith("-") and a != "-"], [a for a in args if not a.startswith("-") or a == "-"]
+    """Split arguments into options (-rf, --force) and operands, in any order as GNU allows; `--` ends options."""
+    cut = args.index("--") if "--" in args else len(args)
+    options = [arg for arg in args[:cut] if arg.startswith("-") and arg != "-"]
+    return options, [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
 
 
-def has_flag(options: list, letters: str, long: str) -> bool:
-    return any(o == long or (not o.startswith("--") and any(c in o[1:] for c in letters)) for o in options)
+def has_flag(options: list, letters: str, long: str = "") -> bool:
+    """Is one of these short letters in a cluster (-rf), or `long` spelled out or shortened (--recu)?"""
+    return any(long.startswith(option.split("=")[0]) if option.startswith("--") and len(option) > 2
+               else option[:1] == "-" and any(letter in option[1:] for letter in letters) for option in options)
+
+
+def program_name(word: str) -> str:
+    """`/usr/bin/../bin/RM` is rm (file systems may ignore case), `python3.12` is python."""
+    return re.sub(r"^(python|pypy)[0-9.]*$", "python", word.rsplit("/", 1)[-1].lower())
+
+
+def unreadable(word: str) -> bool:
+    """Is this word only known at run time? A NUL marks $X, $(...) and the like; globs and braces expand."""
+    return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or "}" in word.partition("{")[2]
+
+
+def find_commands(args: list) -> list:
+    """The commands find runs: each -exec, -execdir, -ok or -okdir up to its ; or +."""
+    commands, inside = [], False
+    for arg in args:
+        if inside and arg not in (";", "+"):
+            commands[-1].append(arg)
+        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
+            commands.append([])
+        inside = arg in ("-exec", "-execdir", "-ok", "-okdir") or inside and arg not in (";", "+")
+    return commands
+
+
+# The rules: one small function per program, judging its arguments.
+
+
+def where(word: str) -> Path | None:
+    """The absolute path an argument names, or None when only the running command knows ($X, ~user).
+    A last part `*` or `.*` names everything in its folder, so it counts as the folder."""
+    text = os.path.expanduser(word)
+    folder, slash, last = text.rpartition("/")
+    try:
+        return None if "\0" in text or text[:1] == "~" else (
+            WORKDIR.resolve() / (folder or slash or "." if last in ("*", ".*") else text)).resolve()
+    except (OSError, RuntimeError):  # a symlink loop, a name too long: nothing there
+        return None
+
+
+def outside(path: Path | None) -> bool:
+    return path is not None and not path.is_relative_to(WORKDIR.resolve())
+
+
+def system_path(path: Path | None) -> bool:
+    return outside(path) and (path == Path("/") or any(path.is_relative_to(folder) for folder in SYSTEM_DIRS))
+
+
+def check_writes(targets: list) -> str | None:
+    """Why writing these must not happen: devices, system files (~/.bashrc too: /home and /root are system).
+    /dev/stdout, /dev/stderr and /dev/fd/N are judged as written: in a terminal they lead to its device."""
+    for target in targets:
+        path = None if os.path.normpath(target) in HARMLESS_DEVICES or target.startswith("/dev/fd/") else where(target)
+        if system_path(path):
+            return f"writes {'to the device' if path.is_relative_to('/dev') else 'the system file'} {target}"
+    return None
 
 
 def check_rm(args: list) -> str | None:
     options, targets = options_and_operands(args)
     recursive = has_flag(options, "rR", "--recursive")
-    if "--no-preserve-root" in options:
+    if has_flag(options, "", "--no-preserve-root"):
         return "rm --no-preserve-root deletes the whole machine"
-    for target in targets:
-        path = where(target)
+    for target, path in zip(targets, map(where, targets)):
         if recursive and path is None:
             return f"rm -r {target}: the filter cannot tell where that points"
-        if recursive and path == WORKDIR.resolve():
-            return f"rm -r {target} deletes the whole workspace"
-        if recursive and not inside_workspace(path):
-            return f"rm -r {target} deletes outside the workspace"
+        if recursive and (path == WORKDIR.resolve() or outside(path)):
+            return f"rm -r {target} deletes {'the whole' if path == WORKDIR.resolve() else 'outside the'} workspace"
         if system_path(path):
             return f"rm {target} deletes a system file"
     return None
 
 
-def check_recursive_mode_change(args: list) -> str | None:
-    options, targets = options_and_operands(args)
-    if has_flag(options, "R", "--recursive") and any(where(t) is None or system_path(where(t)) for t in targets):
+def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp -R: the first operand is the mode or owner
+    options, operands = options_and_operands(args)
+    given = has_flag(options, "", "--reference") or any(re.fullmatch(r"-[rwxXst]+", o) for o in options)
+    paths = map(where, operands if given else operands[1:])
+    if has_flag(options, "R", "--recursive") and any(path is None or system_path(path) for path in paths):
         return "changes owners or permissions recursively in a system folder"
     return None
 
@@ -444,118 +393,198 @@ def check_recursive_mode_change(args: list) -> str | None:
 def check_find(args: list) -> str | None:
     starts = list(itertools.takewhile(lambda a: not a.startswith(("-", "(", "!")), args)) or ["."]
     acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args)
-    if acts and any(where(s) is None or not inside_workspace(where(s)) for s in starts):
+    if acts and any(path is None or outside(path) for path in map(where, starts)):
         return f"find {' '.join(starts)} {min(acts)} acts on files outside the workspace"
-    for action in ("-exec", "-execdir", "-ok", "-okdir"):
-        if action in args:
-            rest = args[args.index(action) + 1:]
-            reason = check_words(list(itertools.takewhile(lambda a: a not in (";", "+"), rest)))
-            if reason:
-                return reason
     return None
 
 
-def check_kill(args: list) -> str | None:
-    return "kills every process (-1 means all of them)" if "-1" in args[1:] else None
-
-
-def check_pkill(args: list) -> str | None:
-    _, operands = options_and_operands(args)
-    return "kills every process (the pattern matches anything)" if {".", ".*", "^"} & set(operands) else None
-
-
-def check_runlevel(args: list) -> str | None:  # init, telinit
-    return "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None
-
-
-def check_systemctl(args: list) -> str | None:
-    return "powers off or restarts the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None
-
-
-def check_dd(args: list) -> str | None:
-    targets = [a.removeprefix("of=") for a in args if a.startswith("of=")]
-    return next(filter(None, map(write_refusal, targets)), None)
-
-
-def check_writes_every_operand(args: list) -> str | None:  # tee, shred, truncate, mv (its source is gone too)
-    return next(filter(None, map(write_refusal, options_and_operands(args)[1])), None)
-
-
-def check_writes_last_operand(args: list) -> str | None:  # cp, ln, install: only the destination is written
-    operands = options_and_operands(args)[1]
-    return write_refusal(operands[-1]) if operands else None
+def destination(args: list) -> list:  # cp, mv, ln, install: -t DIR, --target-directory=DIR, or the last operand
+    for i, arg in enumerate(args):
+        if match := re.fullmatch(r"(--t[a-z-]*=?|-[A-Za-z]*?t)(.*)", arg):
+            return [match[2] or "".join(args[i + 1:i + 2])]
+    return options_and_operands(args)[1][-1:]
 
 
 RULES = {  # program -> a function of its arguments that says why not, or None
-    "rm": check_rm, "find": check_find, "dd": check_dd,
-    "chmod": check_recursive_mode_change, "chown": check_recursive_mode_change, "chgrp": check_recursive_mode_change,
-    "kill": check_kill, "pkill": check_pkill, "killall": check_pkill,
-    "init": check_runlevel, "telinit": check_runlevel, "systemctl": check_systemctl,
-    "tee": check_writes_every_operand, "shred": check_writes_every_operand, "truncate": check_writes_every_operand,
-    "mv": check_writes_every_operand, "cp": check_writes_last_operand, "ln": check_writes_last_operand,
-    "install": check_writes_last_operand,
+    "rm": check_rm, "find": check_find, "chmod": check_mode_change, "chown": check_mode_change,
+    "chgrp": check_mode_change,
+    "kill": lambda args: "kills every process" if "-1" in args[1:] else None,
+    "pkill": lambda args: "kills every process" if {".", ".*", "^"} & set(args) else None,
+    "init": lambda args: "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None,
+    "systemctl": lambda args: "powers off the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None,
+    "dd": lambda args: check_writes([a.removeprefix("of=") for a in args if a.startswith("of=")]),
+    "tee": lambda args: check_writes(options_and_operands(args)[1]),
+    "mv": lambda args: check_writes(options_and_operands(args)[1] + destination(args)),  # the source is gone too
+    "cp": lambda args: check_writes(destination(args)),
 }
+RULES.update(killall=RULES["pkill"], telinit=RULES["init"], shred=RULES["tee"], truncate=RULES["tee"],
+             ln=RULES["cp"], install=RULES["cp"])
 
 
-def is_download(simple: dict) -> bool:
-    words = unwrap(simple["words"])
-    return bool(words) and program_name(words[0]) in DOWNLOADERS
+# Reading bash: the machinery under check_command. Safe to skip on a first reading:
+# parse("echo ok; sudo ls")[0] is a list of two simple commands, and that is all the rules need.
+
+OPERATORS = ["&&", "||", "|&", ";;", "&>>", "&>", ">>", ">|", ">&", "<<<", "<<", "<&", "<>",
+             ";", "&", "|", "(", ")", "<", ">"]
+PLAIN = re.compile(r"[^ \t\n'\"\\$`|&;()<>#]+")  # characters that stand for themselves, read in one step
 
 
-def downloads(script: str) -> bool:
-    return any(is_download(simple) for pipeline in parse(script) for simple in pipeline)
+def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tuple:
+    """The simple commands a script runs, in order, those in $(...) first, and where the script ends:
+    {"words": [...], "redirects": [(operator, target)], "stdin": a heredoc or None, "function": name or None}.
+
+    Quotes and backslashes are removed as bash removes them; an expansion the filter does not
+    perform ($X, $(...), `...`) stays in its word after a NUL, which no real argument can contain.
+    With nested=True (inside $(...)) it stops after the ) that closes it.
+    """
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests shells, evals or substitutions more than {MAX_DEPTH} levels deep")
+    found, word, groups, heredocs, parens, quoted = [], [], [], [], 0, False
+    command, redirect, function = {"words": [], "redirects": [], "stdin": None}, None, None
+
+    def end_word():
+        nonlocal redirect, function
+        if not word:
+            return
+        text, starts = "".join(word), not command["words"] and not redirect
+        word.clear()
+        if nested and text == "case":  # its `a)` would close the $( early
+            raise ValueError("case inside $(...) is outside the part of bash the filter reads")
+        if starts and text.startswith("{") and "}" not in text:  # a group: { ...; } or f() { ...; }
+            groups.append(function or (groups[-1] if groups else None))
+            function, text = None, text[1:]
+        if starts and text == "}" and groups:
+            groups.pop()
+        elif command["words"] == ["function"]:
+            function, command["words"] = text, []
+        elif redirect == "<<<":
+            command["stdin"] = text
+        elif redirect:
+            command["redirects"].append((redirect, text))
+        elif text:
+            command["words"].append(text)
+        redirect = None
+
+    def end_command():
+        nonlocal command
+        end_word()
+        if command["words"] or command["redirects"] or command["stdin"] is not None:
+            command["function"] = groups[-1] if groups else None
+            found.append(command)  # not a copy: a heredoc's body is filled in at the end of its line
+        command = {"words": [], "redirects": [], "stdin": None}
+
+    while i < len(script):
+        char = script[i]
+        plain = re.compile(r'[^"\\$`]+').match(script, i) if quoted else PLAIN.match(script, i)
+        if plain:
+            word.append(plain[0])
+            i = plain.end()
+        elif char == "\\":  # in double quotes it escapes only " \ $ ` and a newline; a newline joins lines
+            escaped = script[i + 1:i + 2]
+            word.append(("\\" if quoted and escaped not in '"\\$`\n' else "") + escaped.strip("\n"))
+            i += 2
+        elif char == '"':
+            quoted, i = not quoted, i + 1
+            word.append("")  # "" is a word too
+        elif char == "'":
+            end = re.compile(r"'[^']*'?").match(script, i).end()
+            word.append(script[i + 1:end].removesuffix("'"))
+            i = end
+        elif char == "#" and not word:  # a comment, to the end of the line
+            i = re.compile(r"#[^\n]*").match(script, i).end()
+        elif char == "#":  # inside a word, a letter
+            word.append(char)
+            i += 1
+        elif char in "$`" or script.startswith(("<(", ">("), i):  # an expansion, marked with a NUL in its word
+            if char == "`":
+                end = re.compile(r"(?:\\.|[^`\\])*", re.DOTALL).match(script, i + 1).end()
+                found += parse(re.sub(r"\\([`\\$])", r"\1", script[i + 1:end]), depth + 1)[0]
+                text, i = "$(...)", end + 1
+            elif script[i + 1:i + 2] == "(":
+                inner, i = parse(script, depth + 1, i + 2, nested=True)
+                found, text = found + inner, "$(...)"
+            else:
+                end = re.compile(r"\$([A-Za-z_]\w*|[0-9@*#?$!{-]?)").match(script, i).end()
+                text, i = script[i:end], end
+            word.append("\0" + text)
+        elif char in " \t\n":
+            end_word()
+            i += 1
+            if char == "\n":
+                end_command()
+                for target, delimiter, expands in heredocs:  # their bodies start on the next line
+                    target["stdin"], i = heredoc_body(script, i, delimiter)
+                    if expands and re.search(r"\$\(|`", target["stdin"]):
+                        raise ValueError(f"the heredoc runs $(...) or `...`; quote its delimiter: <<'{delimiter}'")
+                heredocs.clear()
+        else:
+            op = next(op for op in OPERATORS if script.startswith(op, i))
+            if char in "<>" and "".join(word).isdigit():  # in 2>&1 the 2 is a file descriptor, not a word
+                word.clear()
+            end_word()
+            i += len(op)
+            empty_parens = re.compile(r"[ \t]*\)").match(script, i)
+            if op == "<<" and (delimiter := re.compile(r"-?[ \t]*(['\"]?)([^\s'\"<>|&;()]+)\1").match(script, i)):
+                heredocs.append((command, delimiter[2], not delimiter[1]))
+                i = delimiter.end()
+            elif nested and op == ")" and parens == 0:
+                end_command()
+                return found, i
+            elif op == "(" and len(command["words"]) == 1 and empty_parens:
+                function, command["words"], i = command["words"][0], [], empty_parens.end()  # name() { ... }
+            elif op in ("|", "|&", ";", ";;", "&", "&&", "||", "(", ")"):
+                parens += (op == "(") - (op == ")")
+                end_command()
+            else:
+                redirect = op
+    end_command()
+    return found, i
 
 
-def check_words(words: list, stdin: str | None = None, fed_by_download: bool = False) -> str | None:
-    """Judge one simple command by its program and arguments."""
-    words = unwrap(words)
-    if not words:
-        return None
-    program, args = program_name(words[0]), words[1:]
-    if program in REFUSED_PROGRAMS:
-        return f"{program} {REFUSED_PROGRAMS[program]}"
-    if program.startswith("mkfs") or (program == "mkswap" and args):
-        return f"{program} formats a disk"
-    runs_code = program in SHELLS | INTERPRETERS | {"eval", "source", "."}
-    if runs_code and fed_by_download:
-        return f"runs code downloaded from the network with {program}"
-    if program in SHELLS:
-        script = next((args[i + 1] for i, a in enumerate(args[:-1]) if re.match(r"^-[a-z]*c[a-z]*$", a)), stdin)
-        return check_command(script) if script else None
-    if program == "eval":
-        return check_command(" ".join(args))
-    if program in INTERPRETERS:
-        code = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-c", "-e", "-E", "-r")), stdin) or ""
-        strings = re.findall(r"'([^']*)'|\"([^\"]*)\"|`([^`]*)`", code)
-        return next(filter(None, (check_command("".join(s)) for s in strings)), None)
-    rule = RULES.get(program)
-    return rule(args) if rule else None
+def heredoc_body(script: str, start: int, delimiter: str) -> tuple:
+    """The lines from `start` up to the line that is the delimiter, and the index after that line."""
+    i = start
+    while i < len(script):
+        end = script.find("\n", i)
+        end = len(script) if end < 0 else end
+        if script[i:end].lstrip("\t") == delimiter:
+            return script[start:i], end + 1
+        i = end + 1
+    return script[start:], len(script)
 
 
-def check_command(command: str) -> str | None:
-    """Why this command line must not run, or None. A pure function: it never runs anything."""
-    for name, body in FORK_BOMB.findall(command):
-        if name in re.split(r"[\s|&;]+", body):
-            return f"the function {name} starts copies of itself (a fork bomb)"
-    for pipeline in parse(command):
-        for position, simple in enumerate(pipeline):
-            for script in simple["inner"]:  # $(...) and <(...) run before the command itself
-                reason = check_command(script)
-                if reason:
-                    return reason
-            for operator, target in simple["redirects"]:
-                reason = write_refusal(target) if operator in WRITES else None
-                if reason:
-                    return reason
-            fed_by_download = (any(downloads(script) for script in simple["inner"])
-                               or any(is_download(earlier) for earlier in pipeline[:position]))
-            reason = check_words(simple["words"], simple["stdin"], fed_by_download)
-            if reason:
-                return reason
-    return None
+# -- fence 3: the wall: the operating system confines every command --------------
+# With bubblewrap (Linux), every command sees the whole file system read-only except
+# WORKDIR, gets a private /tmp and its own PID namespace (nothing it starts outlives the
+# call; it cannot see or signal the agent) and no capabilities (even root cannot remount
+# / read-write). The network stays on: installing packages and fetching docs need it.
+
+WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
 
 
-# -- fence 3: a bash tool that cannot be wedged -------------------------------------
+def wall_problem() -> str | None:
+    """Why commands run without the wall, or None when it is up. SANDBOX=off turns it off."""
+    return "SANDBOX=off" if os.environ.get("SANDBOX", "").lower() == "off" else bwrap_problem()
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Try bubblewrap once: is it installed, and can it start here (not on macOS, nor in every container)?"""
+    try:
+        probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
+    except OSError as error:
+        return f"bubblewrap cannot start: {error.strerror}"
+    return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}" if probe.returncode else None
+
+
+def walled(argv: list) -> list:
+    """argv run inside the wall when it is up. WORKDIR is bound after the private /tmp, which may hold it."""
+    workspace = str(WORKDIR.resolve())
+    return argv if wall_problem() else [*WALL, "--bind", workspace, workspace, "--chdir", workspace, "--", *argv]
+
+
+# -- fence 4: a bash tool that cannot be wedged ------------------------------------
 
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -603,12 +632,12 @@ def cap(text: str) -> str:
 
 
 def run_bash(command: str) -> str:
-    """Run a checked shell command in WORKDIR; return its output and any failure."""
+    """Run a checked command with bash in WORKDIR, inside the wall when it is up; return its output."""
     reason = check_command(command)
     if reason:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user to run it")
     process = subprocess.Popen(
-        command, shell=True, cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
+        walled(["bash", "-c", command]), cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -1005,6 +1034,8 @@ def main() -> int:
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
+    print(dim(f"the wall is off ({wall_problem()}): only the filter stands in front of commands" if wall_problem()
+              else "the wall is on: commands see the file system read-only, except this workspace"))
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # noqa: F401 - loading it gives input() line editing, and Up recalls earlier lines

@@ -221,8 +221,9 @@ def test_ctrl_c_during_a_model_call_cancels_only_that_turn(stage, scripted, caps
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_ctrl_c_during_a_tool_run_cancels_only_that_turn(stage, scripted, capsys):
+def test_ctrl_c_during_a_tool_run_cancels_only_that_turn(stage, scripted, capsys, monkeypatch):
     """Ctrl-C while a command runs stops the command and the turn, not the program."""
+    monkeypatch.setenv("SANDBOX", "off")  # inside s03's wall a command cannot signal the agent
     ctrl_c = "kill -INT $PPID; sleep 20"  # the shell's parent is this process
     scripted(stage, [reply(tool("bash", command=ctrl_c)), reply("after")])
     messages = []

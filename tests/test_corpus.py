@@ -1,0 +1,58 @@
+"""The reference corpus (tests/corpus/): cases collected from other projects' test suites, so the
+note's claims about the filter can be checked. Core and evasion cases must all be judged as expected;
+the obfuscated and debatable tiers show the limits, and their scores are pinned to what the note says."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import stages_from
+
+CORPUS = Path(__file__).parent / "corpus"
+COMMANDS = json.loads((CORPUS / "commands.json").read_text())
+PATHS = json.loads((CORPUS / "paths.json").read_text())
+SAFE_STAGES = stages_from("s03_safety")
+# What notes/s03_safety.md says about the tiers no filter can get fully right: (judged as expected, cases).
+SCORES_IN_THE_NOTE = {"obfuscated": (1, 5), "debatable": (8, 11)}
+
+
+def verdict(stage, command: str) -> str:
+    return "block" if stage.check_command(command) else "allow"
+
+
+def scores(stage) -> dict:
+    """tier -> (cases judged as expected, cases)."""
+    right, total = Counter(), Counter()
+    for case in COMMANDS:
+        right[case["tier"]] += verdict(stage, case["cmd"]) == case["expect"]
+        total[case["tier"]] += 1
+    return {tier: (right[tier], total[tier]) for tier in total}
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("case", [c for c in COMMANDS if c["tier"] in ("core", "evasion")],
+                         ids=lambda case: f"{case['tier']}-{case['expect']}: {case['cmd']!r}")
+def test_corpus_core_and_evasion_commands_are_all_judged_as_expected(stage, case, workspace):
+    """Every dangerous command of the core and evasion tiers is refused; every harmless core one runs."""
+    assert verdict(stage, case["cmd"]) == case["expect"], case["source"]
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, workspace):
+    """The obfuscated and debatable tiers are reported, not required: if the filter changes what it
+    catches there, update SCORES_IN_THE_NOTE and the figures in notes/s03_safety.md together."""
+    assert {tier: scores(stage)[tier] for tier in SCORES_IN_THE_NOTE} == SCORES_IN_THE_NOTE
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("case", PATHS, ids=lambda case: f"{case['expect']}: {case['path']!r}")
+def test_corpus_paths_never_escape_the_workspace(stage, case, workspace):
+    """safe_path refuses every escaping path and keeps the harmless ones; either is fine for `either_ok`."""
+    try:
+        inside = stage.safe_path(case["path"]).is_relative_to(workspace.resolve())
+    except ValueError:
+        inside = None  # refused
+    assert inside is not False
+    assert case.get("either_ok") or (inside is None) == (case["expect"] == "block")
+
