@@ -13,7 +13,6 @@ import pytest
 from conftest import ROOT, STAGE_NAMES, clean_env
 
 NOTES = {stage: ROOT / "notes" / f"{stage}.md" for stage in STAGE_NAMES}
-NOT_YET_CONVERTED = {"s03_safety"}  # its note is being rewritten in this format; remove it from here when it lands
 FENCE = re.compile(r"^([ \t]*)```(\w+)\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
 FAILS_WITH = re.compile(r"^[ \t]*It fails with: `([^`]+)`", re.MULTILINE)
 COPIED = ["s0*.py", "pyproject.toml", "README.md"]  # plus the folders tests/ and notes/
@@ -112,9 +111,7 @@ def test_break_it_exercise_passes_as_written_and_fails_once_broken(note, number,
         assert exercise["fails_with"] in output, f"{where}: the failure does not show `{exercise['fails_with']}`:\n{output[-3000:]}"
 
 
-@pytest.mark.parametrize("stage", [
-    pytest.param(stage, marks=pytest.mark.xfail(reason="being rewritten in this format", strict=True))
-    if stage in NOT_YET_CONVERTED else stage for stage in STAGE_NAMES])
+@pytest.mark.parametrize("stage", STAGE_NAMES)
 def test_each_note_has_at_least_three_break_it_exercises_in_the_checked_format(stage):
     """A break-it exercise that is not in the format would never be checked; each note has three or more."""
     items = {number: item for number, item in exercise_items(NOTES[stage]).items()
