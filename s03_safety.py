@@ -518,14 +518,8 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
 
 def heredoc_body(script: str, start: int, delimiter: str) -> tuple:
     """The lines from `start` up to the line that is the delimiter, and the index after that line."""
-    i = start
-    while i < len(script):
-        end = script.find("\n", i)
-        end = len(script) if end < 0 else end
-        if script[i:end].lstrip("\t") == delimiter:
-            return script[start:i], end + 1
-        i = end + 1
-    return script[start:], len(script)
+    end = re.compile(rf"^\t*{re.escape(delimiter)}$", re.MULTILINE).search(script, start)
+    return (script[start:end.start()], end.end() + 1) if end else (script[start:], len(script))
 
 
 # -- fence 3: the wall: the operating system confines every command --------------
@@ -965,7 +959,8 @@ def main() -> int:
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
-    print(dim(f"the wall is off ({wall_problem()}): only the filter stands in front of commands" if wall_problem()
+    problem = wall_problem()
+    print(dim(f"the wall is off ({problem}): only the filter stands in front of commands" if problem
               else "the wall is on: commands see the file system read-only, except this workspace"))
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
