@@ -17,7 +17,6 @@ parent's context stays small however much the child read.
 import collections
 import contextlib
 import functools
-import itertools
 import json
 import os
 import re
@@ -162,13 +161,9 @@ def safe_path(path: str) -> Path:
 
 
 # -- fence 2: a speed bump that explains -----------------------------------------
-# check_command reads a command line as bash does and refuses well-known dangerous
-# commands with a reason the model can act on. Words are judged, never substrings:
-# `grep -rn sudo .` is fine. It reads a stated part of bash (words, quotes, ; & && || |,
-# newlines, ( ) and { } groups, redirects, heredocs, $(...), `...`, <(...)) and refuses
-# what it cannot read instead of guessing: a program name known only at run time, code
-# a shell or interpreter reads from a pipe, inline code that starts other programs, eval
-# of anything not literal. It is a speed bump, not the boundary: the wall (fence 3) is.
+# check_command judges the words of a command line as bash reads them, never substrings (`grep -rn
+# sudo .` is fine). It refuses well-known dangerous commands, and what it cannot read instead of
+# guessing, with a reason the model can act on. A speed bump: the wall (fence 3) is the boundary.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -181,19 +176,18 @@ SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "so
 INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "r"}  # -> letters of inline code
 STARTS_PROGRAMS = re.compile(r"\b(system|popen|Popen|spawn\w*|exec|exec[lv]p?e?|execSync|execFile\w*|fork\w*"
                              r"|subprocess|child_process|pty|qx)\b|`")
-# Wrappers run the command after their options: {wrapper: (short options that take a value, long ones)}.
-WRAPPERS = {
-    "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "nohup": ("", []), "setsid": ("", []),
-    "command": ("", []), "builtin": ("", []), "exec": ("a", []), "busybox": ("", []),
-    "time": ("fo", ["--format", "--output"]), "nice": ("n", ["--adjustment"]),
-    "timeout": ("sk", ["--signal", "--kill-after"]), "stdbuf": ("ioe", ["--input", "--output", "--error"]),
+WRAPPERS = {  # they run the command after their options: {name: (short options that take a value, long ones)}
+    "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "time": ("fo", ["--format", "--output"]),
+    "nice": ("n", ["--adjustment"]), "timeout": ("sk", ["--signal", "--kill-after"]), "exec": ("a", []),
+    "stdbuf": ("ioe", ["--input", "--output", "--error"]),
     "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
+    **dict.fromkeys(["nohup", "setsid", "command", "builtin", "busybox"], ("", [])),
 }
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}"}
+FIND_RUNS = {"-exec", "-execdir", "-ok", "-okdir"}  # find runs the command that follows, up to ; or +
 SYSTEM_DIRS = [Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
                                  "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/Users", "/System", "/Library")]
-HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/stdin",
-                    "/dev/stdout", "/dev/stderr"}
+HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
 MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
 
@@ -201,7 +195,7 @@ def check_command(command: str, depth: int = 0) -> str | None:
     """Why this command line must not run, or None. A pure function: it never runs anything."""
     try:
         for simple in parse(command, depth)[0]:
-            writes = [target for operator, target in simple["redirects"] if operator not in ("<", "<&")]
+            writes = [target for operator, target in simple["redirects"] if ">" in operator]  # > >> &> <> ...
             reason = check_writes(writes) or check_words(simple, depth)
             if reason:
                 return reason.replace("\0", "")  # a NUL marks an expansion (see parse): show none
@@ -220,43 +214,40 @@ def check_words(simple: dict, depth: int) -> str | None:
     if unreadable(words[0]):
         raise ValueError(f"the program name {words[0]} is only known when the command runs; write it out")
     program, args = program_name(words[0]), words[1:]
-    if program == simple["function"]:
-        return f"the function {program} starts copies of itself (a fork bomb)"
     if program in REFUSED_PROGRAMS:
         return f"{program} {REFUSED_PROGRAMS[program]}"
     if program.startswith(("mkfs", "mke2fs")):
         return f"{program} formats a disk"
     if program in SHELLS or program in INTERPRETERS:
         return check_code(program, args, simple, depth)
-    for command in find_commands(args) if program == "find" else []:  # find -exec runs a command of its own
-        reason = check_command(shlex.join(command), depth + 1)
-        if reason:
-            return reason
+    if program == "find":  # -exec CMD ; runs CMD: read find's words as commands, each ended by -exec, ; or +
+        commands = " ".join(";" if arg in {*FIND_RUNS, ";", "+"} else shlex.quote(arg) for arg in args)
+        return check_command(f"true {commands}", depth + 1) or check_find(args)  # true: find's own words run nothing
     return RULES[program](args) if program in RULES else None
 
 
 def check_code(program: str, args: list, simple: dict, depth: int) -> str | None:
     """A shell, eval, source or an interpreter runs code: judge the code, or refuse what it cannot read."""
-    options, operands = options_and_operands(args)
+    arguments, given = operands(args), dict(simple["redirects"])  # given: < a file, << a heredoc, <<< a string
     if program == "eval":
         codes = [" ".join(args)]
     elif program in SHELLS:  # bash -c CODE NAME ARGS: judging every operand as code errs on the safe side
-        codes = operands if any(re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", option) for option in options) else []
+        codes = arguments if any(re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", arg) for arg in args) else []
     else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
         codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
             rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
-    if not codes and (operands[:1] not in ([], ["-"]) or program == "python" and has_flag(options, "m")):
-        if operands and unreadable(operands[0]):  # a script file or, for python -m, a module
-            raise ValueError(f"{program} runs {operands[0]}, which is only known when the command runs")
+    if not codes and (arguments[:1] not in ([], ["-"]) or program == "python" and has_flag(args, "m")):
+        if arguments and unreadable(arguments[0]):  # a script file or, for python -m, a module
+            raise ValueError(f"{program} runs {arguments[0]}, which is only known when the command runs")
         return None
-    if not codes and simple["stdin"] is None and not any(op == "<" for op, _ in simple["redirects"]):
+    if not codes and not {"<", "<<", "<<<"} & given.keys():
         raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
-    for code in codes or [simple["stdin"] or ""]:  # `bash < script.sh` runs a file, like `bash script.sh`
+    for code in codes or [given.get("<<", given.get("<<<", ""))]:  # `bash < script.sh` runs a file
         if "\0" in code:
             raise ValueError(f"{program} runs code that is only known when the command runs")
-        found = STARTS_PROGRAMS.search(code) if program in INTERPRETERS else None
-        reason = found and f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
-        reason = reason or (check_command(code, depth + 1) if program in SHELLS else None)
+        if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
+            raise ValueError(f"{program}'s inline code starts other programs ({starts[0]}); run them with bash")
+        reason = check_command(code, depth + 1) if program in SHELLS else None
         if reason:
             return reason
     return None
@@ -265,17 +256,15 @@ def check_code(program: str, args: list, simple: dict, depth: int) -> str | None
 def unwrap(words: list) -> list:
     """Strip what only runs the real command: VAR=value, keywords, and wrappers with their options."""
     i, xargs, replaced = 0, False, False
-    while i < len(words) and (words[i] in KEYWORDS or re.match(r"[A-Za-z_]\w*\+?=", words[i])):
-        i += 1
-    while i < len(words) and program_name(words[i]) in WRAPPERS:
-        name = program_name(words[i])
-        options, i = split_options(words, i + 1, *WRAPPERS[name])
+    while i < len(words) and (words[i] in KEYWORDS or "=" in words[i] or program_name(words[i]) in WRAPPERS):
+        name, i = program_name(words[i]), i + 1
+        if name not in WRAPPERS:  # a keyword, or VAR=value (bash's own, or env's)
+            continue
+        options, i = split_options(words, i, *WRAPPERS[name])
         if name == "command" and has_flag(options, "vV"):
             return []  # `command -v rm` only asks where rm is
         if name == "env" and has_flag(options, "S", "--split-string"):
             raise ValueError("env -S builds the command from one string; write the command out")
-        while name == "env" and i < len(words) and "=" in words[i]:
-            i += 1  # env's own VAR=value words
         i += name == "timeout"  # the duration
         xargs, replaced = xargs or name == "xargs", replaced or name == "xargs" and has_flag(options, "Ii", "--replace")
     if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any of them
@@ -291,24 +280,21 @@ def split_options(words: list, start: int, short_values: str, long_values: list)
         option, i = words[i], i + 1
         if option == "--":
             break
-        if option.startswith("--"):
-            i += "=" not in option and any(name.startswith(option) for name in long_values)
-        else:  # a letter that takes a value takes the rest of the word, or else the next word
-            i += next((k for k, letter in enumerate(option[1:]) if letter in short_values), -1) == len(option) - 2
+        short = short_values and re.fullmatch(f"-[^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
+        i += bool(short) or option[:2] == "--" and "=" not in option and any(n.startswith(option) for n in long_values)
     return words[start:i], i
 
 
-def options_and_operands(args: list) -> tuple:
-    """Split arguments into options (-rf, --force) and operands, in any order as GNU allows; `--` ends options."""
+def operands(args: list) -> list:
+    """The arguments that are not options (-rf, --force), which GNU allows in any order; `--` ends options."""
     cut = args.index("--") if "--" in args else len(args)
-    options = [arg for arg in args[:cut] if arg.startswith("-") and arg != "-"]
-    return options, [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
+    return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
 
 
-def has_flag(options: list, letters: str, long: str = "") -> bool:
+def has_flag(args: list, letters: str, long: str = "") -> bool:
     """Is one of these short letters in a cluster (-rf), or `long` spelled out or shortened (--recu)?"""
-    return any(long.startswith(option.split("=")[0]) if option.startswith("--") and len(option) > 2
-               else option[:1] == "-" and any(letter in option[1:] for letter in letters) for option in options)
+    return any(long.startswith(arg.split("=")[0]) if arg.startswith("--") and len(arg) > 2
+               else arg[:1] == "-" and any(letter in arg[1:] for letter in letters) for arg in args)
 
 
 def program_name(word: str) -> str:
@@ -321,79 +307,48 @@ def unreadable(word: str) -> bool:
     return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or "}" in word.partition("{")[2]
 
 
-def find_commands(args: list) -> list:
-    """The commands find runs: each -exec, -execdir, -ok or -okdir up to its ; or +."""
-    commands, inside = [], False
-    for arg in args:
-        if inside and arg not in (";", "+"):
-            commands[-1].append(arg)
-        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-            commands.append([])
-        inside = arg in ("-exec", "-execdir", "-ok", "-okdir") or inside and arg not in (";", "+")
-    return commands
-
-
 # The rules: one small function per program, judging its arguments.
+INSIDE, WORKSPACE, OUTSIDE = "files in the workspace", "the whole workspace", "files outside the workspace"
+SYSTEM, UNKNOWN = "system files", "files only known at run time"  # what place() finds
 
 
-def where(word: str) -> Path | None:
-    """The absolute path an argument names, or None when only the running command knows ($X, ~user).
+def place(word: str) -> str:
+    """Where an argument leads, resolved as safe_path resolves: one of INSIDE ... UNKNOWN ($X, ~user).
     A last part `*` or `.*` names everything in its folder, so it counts as the folder."""
     text = os.path.expanduser(word)
     folder, slash, last = text.rpartition("/")
+    if "\0" in text or text[:1] == "~":
+        return UNKNOWN
     try:
-        return None if "\0" in text or text[:1] == "~" else (
-            WORKDIR.resolve() / (folder or slash or "." if last in ("*", ".*") else text)).resolve()
+        path = (WORKDIR.resolve() / (folder or slash or "." if last in ("*", ".*") else text)).resolve()
     except (OSError, RuntimeError):  # a symlink loop, a name too long: nothing there
-        return None
-
-
-def outside(path: Path | None) -> bool:
-    return path is not None and not path.is_relative_to(WORKDIR.resolve())
-
-
-def system_path(path: Path | None) -> bool:
-    return outside(path) and (path == Path("/") or any(path.is_relative_to(folder) for folder in SYSTEM_DIRS))
+        return UNKNOWN
+    if path.is_relative_to(WORKDIR.resolve()):
+        return WORKSPACE if path == WORKDIR.resolve() else INSIDE
+    return SYSTEM if path == Path("/") or any(path.is_relative_to(folder) for folder in SYSTEM_DIRS) else OUTSIDE
 
 
 def check_writes(targets: list) -> str | None:
     """Why writing these must not happen: devices, system files (~/.bashrc too: /home and /root are system).
     /dev/stdout, /dev/stderr and /dev/fd/N are judged as written: in a terminal they lead to its device."""
     for target in targets:
-        path = None if os.path.normpath(target) in HARMLESS_DEVICES or target.startswith("/dev/fd/") else where(target)
-        if system_path(path):
-            return f"writes {'to the device' if path.is_relative_to('/dev') else 'the system file'} {target}"
+        as_written = os.path.normpath(target) in HARMLESS_DEVICES or target.startswith("/dev/fd/")
+        if not as_written and place(target) == SYSTEM:
+            return f"writes to {target}, a device or system file"
     return None
 
 
 def check_rm(args: list) -> str | None:
-    options, targets = options_and_operands(args)
-    recursive = has_flag(options, "rR", "--recursive")
-    if has_flag(options, "", "--no-preserve-root"):
-        return "rm --no-preserve-root deletes the whole machine"
-    for target, path in zip(targets, map(where, targets)):
-        if recursive and path is None:
-            return f"rm -r {target}: the filter cannot tell where that points"
-        if recursive and (path == WORKDIR.resolve() or outside(path)):
-            return f"rm -r {target} deletes {'the whole' if path == WORKDIR.resolve() else 'outside the'} workspace"
-        if system_path(path):
-            return f"rm {target} deletes a system file"
-    return None
-
-
-def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp -R: the first operand is the mode or owner
-    options, operands = options_and_operands(args)
-    given = has_flag(options, "", "--reference") or any(re.fullmatch(r"-[rwxXst]+", o) for o in options)
-    paths = map(where, operands if given else operands[1:])
-    if has_flag(options, "R", "--recursive") and any(path is None or system_path(path) for path in paths):
-        return "changes owners or permissions recursively in a system folder"
+    for target in operands(args):
+        if (where := place(target)) == SYSTEM or where != INSIDE and has_flag(args, "rR", "--recursive"):
+            return f"rm {target} deletes {where}"
     return None
 
 
 def check_find(args: list) -> str | None:
-    starts = list(itertools.takewhile(lambda a: not a.startswith(("-", "(", "!")), args)) or ["."]
-    acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args)
-    if acts and any(path is None or outside(path) for path in map(where, starts)):
+    starts = args[:next((i for i, arg in enumerate(args) if arg.startswith(("-", "(", "!"))), len(args))] or ["."]
+    acts = {"-delete", *FIND_RUNS} & set(args)
+    if acts and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts)):
         return f"find {' '.join(starts)} {min(acts)} acts on files outside the workspace"
     return None
 
@@ -402,149 +357,106 @@ def destination(args: list) -> list:  # cp, mv, ln, install: -t DIR, --target-di
     for i, arg in enumerate(args):
         if match := re.fullmatch(r"(--t[a-z-]*=?|-[A-Za-z]*?t)(.*)", arg):
             return [match[2] or "".join(args[i + 1:i + 2])]
-    return options_and_operands(args)[1][-1:]
+    return operands(args)[-1:]
 
 
 RULES = {  # program -> a function of its arguments that says why not, or None
-    "rm": check_rm, "find": check_find, "chmod": check_mode_change, "chown": check_mode_change,
-    "chgrp": check_mode_change,
+    "rm": check_rm,
+    **dict.fromkeys(["chmod", "chown", "chgrp"], lambda args: "changes system files' owners or modes recursively"
+                    if has_flag(args, "R", "--recursive") and SYSTEM in map(place, operands(args)) else None),
     "kill": lambda args: "kills every process" if "-1" in args[1:] else None,
-    "pkill": lambda args: "kills every process" if {".", ".*", "^"} & set(args) else None,
-    "init": lambda args: "shuts down or restarts the machine" if args[:1] in (["0"], ["6"]) else None,
+    **dict.fromkeys(["pkill", "killall"], lambda args: "kills every process" if {".", ".*", "^"} & set(args) else None),
+    **dict.fromkeys(["init", "telinit"], lambda args: "powers off or restarts the machine" if {"0", "6"} & set(args) else None),
     "systemctl": lambda args: "powers off the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None,
     "dd": lambda args: check_writes([a.removeprefix("of=") for a in args if a.startswith("of=")]),
-    "tee": lambda args: check_writes(options_and_operands(args)[1]),
-    "mv": lambda args: check_writes(options_and_operands(args)[1] + destination(args)),  # the source is gone too
-    "cp": lambda args: check_writes(destination(args)),
+    **dict.fromkeys(["tee", "shred", "truncate"], lambda args: check_writes(operands(args))),
+    "mv": lambda args: check_writes(operands(args) + destination(args)),  # the source is gone too
+    **dict.fromkeys(["cp", "ln", "install"], lambda args: check_writes(destination(args))),
 }
-RULES.update(killall=RULES["pkill"], telinit=RULES["init"], shred=RULES["tee"], truncate=RULES["tee"],
-             ln=RULES["cp"], install=RULES["cp"])
 
 
 # Reading bash: the machinery under check_command. Safe to skip on a first reading:
 # parse("echo ok; sudo ls")[0] is a list of two simple commands, and that is all the rules need.
 
-OPERATORS = ["&&", "||", "|&", ";;", "&>>", "&>", ">>", ">|", ">&", "<<<", "<<", "<&", "<>",
-             ";", "&", "|", "(", ")", "<", ">"]
-PLAIN = re.compile(r"[^ \t\n'\"\\$`|&;()<>#]+")  # characters that stand for themselves, read in one step
+UNQUOTED = re.compile(r"""(?P<blank>[ \t]+) | (?P<comment>(?<![^ \t\n;&|()<>])\#[^\n]*)
+    | (?P<descriptor>(?<![^ \t\n;&|()<>])[0-9]+(?=[<>])) | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'?
+    | \\(?P<escape>.?) | (?P<quote>") | (?P<substitution>\$\(|[<>]\() | (?P<variable>\$(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
+    | (?P<heredoc><<-?[ \t]*(?P<quoting>['"\\]?)(?P<delimiter>[^\s'"\\<>|&;()]+)['"]?) | (?P<unread>`|(?<!=)\([ \t]*\))
+    | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
+QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>")
+    | (?P<substitution>\$\() | (?P<variable>\$(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<unread>`)""", re.VERBOSE | re.DOTALL)
+UNREAD = "backticks, functions and case inside $(...) are outside the part of bash the filter reads: write $(...)"
 
 
 def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tuple:
-    """The simple commands a script runs, in order, those in $(...) first, and where the script ends:
-    {"words": [...], "redirects": [(operator, target)], "stdin": a heredoc or None, "function": name or None}.
-
-    Quotes and backslashes are removed as bash removes them; an expansion the filter does not
-    perform ($X, $(...), `...`) stays in its word after a NUL, which no real argument can contain.
-    With nested=True (inside $(...)) it stops after the ) that closes it.
-    """
+    """The simple commands a script runs, those in $(...) first, and where it ends (nested=True: after
+    the ) that closes a $(...)). Each is {"words": [...], "redirects": [(operator, target or heredoc)]}.
+    One regular expression per context (outside double quotes, inside) names the next token. Quotes
+    and backslashes go as bash removes them; an expansion the filter does not perform ($X, $(...))
+    stays in its word after a NUL, which no real argument can contain."""
     if depth > MAX_DEPTH:
         raise ValueError(f"it nests shells, evals or substitutions more than {MAX_DEPTH} levels deep")
-    found, word, groups, heredocs, parens, quoted = [], [], [], [], 0, False
-    command, redirect, function = {"words": [], "redirects": [], "stdin": None}, None, None
+    found, word, heredocs, parens, quoted = [], [], [], 0, False
+    command, redirect = {"words": [], "redirects": []}, None
 
     def end_word():
-        nonlocal redirect, function
-        if not word:
-            return
-        text, starts = "".join(word), not command["words"] and not redirect
+        nonlocal redirect
+        text = "".join(word)
         word.clear()
-        if nested and text == "case":  # its `a)` would close the $( early
-            raise ValueError("case inside $(...) is outside the part of bash the filter reads")
-        if starts and text.startswith("{") and "}" not in text:  # a group: { ...; } or f() { ...; }
-            groups.append(function or (groups[-1] if groups else None))
-            function, text = None, text[1:]
-        if starts and text == "}" and groups:
-            groups.pop()
-        elif command["words"] == ["function"]:
-            function, command["words"] = text, []
-        elif redirect == "<<<":
-            command["stdin"] = text
-        elif redirect:
+        if text == "function" and not command["words"] or nested and text == "case":
+            raise ValueError(UNREAD)
+        if text and redirect:
             command["redirects"].append((redirect, text))
+            redirect = None
         elif text:
             command["words"].append(text)
-        redirect = None
 
     def end_command():
-        nonlocal command
         end_word()
-        if command["words"] or command["redirects"] or command["stdin"] is not None:
-            command["function"] = groups[-1] if groups else None
-            found.append(command)  # not a copy: a heredoc's body is filled in at the end of its line
-        command = {"words": [], "redirects": [], "stdin": None}
+        if command["words"] or command["redirects"]:
+            found.append(dict(command))  # the same redirects list: a heredoc's body joins it at the end of the line
+        command.update(words=[], redirects=[])
 
     while i < len(script):
-        char = script[i]
-        plain = re.compile(r'[^"\\$`]+').match(script, i) if quoted else PLAIN.match(script, i)
-        if plain:
-            word.append(plain[0])
-            i = plain.end()
-        elif char == "\\":  # in double quotes it escapes only " \ $ ` and a newline; a newline joins lines
-            escaped = script[i + 1:i + 2]
-            word.append(("\\" if quoted and escaped not in '"\\$`\n' else "") + escaped.strip("\n"))
-            i += 2
-        elif char == '"':
-            quoted, i = not quoted, i + 1
-            word.append("")  # "" is a word too
-        elif char == "'":
-            end = re.compile(r"'[^']*'?").match(script, i).end()
-            word.append(script[i + 1:end].removesuffix("'"))
-            i = end
-        elif char == "#" and not word:  # a comment, to the end of the line
-            i = re.compile(r"#[^\n]*").match(script, i).end()
-        elif char == "#":  # inside a word, a letter
-            word.append(char)
-            i += 1
-        elif char in "$`" or script.startswith(("<(", ">("), i):  # an expansion, marked with a NUL in its word
-            if char == "`":
-                end = re.compile(r"(?:\\.|[^`\\])*", re.DOTALL).match(script, i + 1).end()
-                found += parse(re.sub(r"\\([`\\$])", r"\1", script[i + 1:end]), depth + 1)[0]
-                text, i = "$(...)", end + 1
-            elif script[i + 1:i + 2] == "(":
-                inner, i = parse(script, depth + 1, i + 2, nested=True)
-                found, text = found + inner, "$(...)"
-            else:
-                end = re.compile(r"\$([A-Za-z_]\w*|[0-9@*#?$!{-]?)").match(script, i).end()
-                text, i = script[i:end], end
+        token = (QUOTED if quoted else UNQUOTED).match(script, i)
+        kind, text, i = token.lastgroup, token[token.lastgroup], token.end()
+        if kind in ("plain", "single", "escape"):
+            word.append(text.strip("\n") if kind == "escape" else text)  # a backslash before a newline joins lines
+        elif kind == "quote":
+            quoted = not quoted
+        elif kind == "variable":
             word.append("\0" + text)
-        elif char in " \t\n":
+        elif kind == "substitution":  # $(...), <(...), >(...): the commands inside run first
+            inner, i = parse(script, depth + 1, i, nested=True)
+            found += inner
+            word.append("\0$(...)")
+        elif kind == "unread":
+            raise ValueError(UNREAD)
+        elif kind in ("blank", "comment", "descriptor"):  # in 2>&1 the 2 is a file descriptor, not a word
             end_word()
-            i += 1
-            if char == "\n":
-                end_command()
-                for target, delimiter, expands in heredocs:  # their bodies start on the next line
-                    target["stdin"], i = heredoc_body(script, i, delimiter)
-                    if expands and re.search(r"\$\(|`", target["stdin"]):
-                        raise ValueError(f"the heredoc runs $(...) or `...`; quote its delimiter: <<'{delimiter}'")
-                heredocs.clear()
+        elif kind == "heredoc":  # its body starts on the next line
+            end_word()
+            heredocs.append((command["redirects"], token["delimiter"], not token["quoting"]))
+        elif kind == "newline":
+            end_command()
+            for redirects, delimiter, expands in heredocs:
+                end = re.compile(rf"^\t*{re.escape(delimiter)}$", re.MULTILINE).search(script, i)
+                body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
+                if expands and re.search(r"\$\(|`", body):
+                    raise ValueError(f"the heredoc runs $(...) or `...`; quote its delimiter: <<'{delimiter}'")
+                redirects.append(("<<", body))
+            heredocs.clear()
+        elif nested and text == ")" and parens == 0:
+            end_command()
+            return found, i
+        elif text in (";", ";;", "&", "&&", "|", "|&", "||", "(", ")"):
+            parens += (text == "(") - (text == ")")
+            end_command()
         else:
-            op = next(op for op in OPERATORS if script.startswith(op, i))
-            if char in "<>" and "".join(word).isdigit():  # in 2>&1 the 2 is a file descriptor, not a word
-                word.clear()
             end_word()
-            i += len(op)
-            empty_parens = re.compile(r"[ \t]*\)").match(script, i)
-            if op == "<<" and (delimiter := re.compile(r"-?[ \t]*(['\"]?)([^\s'\"<>|&;()]+)\1").match(script, i)):
-                heredocs.append((command, delimiter[2], not delimiter[1]))
-                i = delimiter.end()
-            elif nested and op == ")" and parens == 0:
-                end_command()
-                return found, i
-            elif op == "(" and len(command["words"]) == 1 and empty_parens:
-                function, command["words"], i = command["words"][0], [], empty_parens.end()  # name() { ... }
-            elif op in ("|", "|&", ";", ";;", "&", "&&", "||", "(", ")"):
-                parens += (op == "(") - (op == ")")
-                end_command()
-            else:
-                redirect = op
+            redirect = text
     end_command()
     return found, i
-
-
-def heredoc_body(script: str, start: int, delimiter: str) -> tuple:
-    """The lines from `start` up to the line that is the delimiter, and the index after that line."""
-    end = re.compile(rf"^\t*{re.escape(delimiter)}$", re.MULTILINE).search(script, start)
-    return (script[start:end.start()], end.end() + 1) if end else (script[start:], len(script))
 
 
 # -- fence 3: the wall: the operating system confines every command --------------
@@ -590,11 +502,8 @@ def command_env() -> dict:
 
 
 def read_output(process) -> tuple:
-    """Read the command's output until it ends, passes MAX_OUTPUT, or time runs out.
-
-    Returns (bytes, why it was stopped, or None). The shell's exit ends the
-    read even if a background child still holds the pipe open.
-    """
+    """Read the command's output until it ends, passes MAX_OUTPUT, or time runs out: (bytes, why it was
+    stopped, or None). The shell's exit ends the read even if a background child still holds the pipe open."""
     deadline = time.monotonic() + BASH_TIMEOUT
     chunks, size = [], 0
     while time.monotonic() < deadline:

@@ -161,7 +161,8 @@ REFUSED = {
                                      "bash <<< 'reboot'", "find . -exec sudo rm {} \\;", "setsid sudo ls",
                                      "bash -c -- 'sudo reboot'", "bash -ec 'sudo ls'", "bash -o pipefail -c 'reboot'",
                                      "echo \"$(echo ')'; sudo ls)\"",
-                                     "cat <<'E' > x\n$(sudo ls)\nE\nsudo ls", "xargs -I{} sh -c '{}'"],
+                                     "cat <<'E' > x\n$(sudo ls)\nE\nsudo ls", "cat <<\\E\nx\nE\nsudo ls", "xargs -I{} sh -c '{}'",
+                                     "2>/dev/null sudo ls"],
     "quotes and backslashes": ['"sudo" ls', "s'u'do ls", "\\sudo ls", "r\\m -rf /", "rm -r$''f /", '"/bin/rm" -rf /etc'],
 }
 
@@ -178,7 +179,8 @@ UNREADABLE = {
                                                "perl -e 'system(\"reboot\")'", "perl -e 'fork while 1'",
                                                "ruby -e '`reboot`'", "python3 <<EOF\nimport os\nos.execv('x', [])\nEOF"],
     "outside the part of bash it reads": ["env -S 'sudo reboot'", "echo \"$(case x in a) sudo ls;; esac)\"",
-                                          "cat <<EOF\n$(sudo ls)\nEOF"],
+                                          "cat <<EOF\n$(sudo ls)\nEOF", "f() { echo hi; }; f", "function f { :; }",
+                                          "f() ( f | f & ); f", "echo `date`", 'echo "today: `date`"'],
 }
 
 ALLOWED = {
@@ -186,10 +188,10 @@ ALLOWED = {
                       "python sudoku.py", "npm test && npm run build", "make all", "ls -la | grep py",
                       "cd src && cargo build", "docker run --rm img", "kill -15 1234", "systemctl status nginx",
                       "curl -o page.html https://example.com", "dd if=/dev/zero of=blank.img bs=1M count=1",
-                      "for f in *.py; do echo $f; done", "f() { echo hi; }; f", "diff <(sort a) <(sort b)",
+                      "for f in *.py; do echo $f; done", "{ echo a; echo b; } > out.txt", "diff <(sort a) <(sort b)",
                       "[[ -f x ]] && echo yes", "[ -d src ] || mkdir src", "bash -c 'for f in *.py; do echo $f; done'",
                       "bash scripts/build.sh", "bash < setup.sh", "python3 -m pytest", "source .venv/bin/activate",
-                      "echo $(date)", "cat <<'EOF' > x.sh\n$(not run)\nEOF", "timeout 5 pytest -q",
+                      "echo $(date)", "cat <<'EOF' > x.sh\n$(not run)\nEOF", "timeout 5 pytest -q", "arr=(); echo ok",
                       "find . -name '*.tmp' | xargs rm -f"],
     "deleting inside the workspace": ["rm -rf build/", "rm -rf ./dist", "rm -rf node_modules __pycache__", "rm file.txt",
                                       "rm -rf ./subdir 2>/dev/null", "find . -name '*.pyc' -delete", "ls | xargs rm -f",
@@ -257,7 +259,7 @@ def test_parse_reads_a_command_line_into_simple_commands():
     """The worked example of the note: two simple commands, each with its words."""
     commands = importlib.import_module("s03_safety").parse("echo ok; sudo ls")[0]
     assert [command["words"] for command in commands] == [["echo", "ok"], ["sudo", "ls"]]
-    assert commands[1] == {"words": ["sudo", "ls"], "redirects": [], "stdin": None, "function": None}
+    assert commands[1] == {"words": ["sudo", "ls"], "redirects": []}
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
