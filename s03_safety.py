@@ -19,6 +19,7 @@ can act on.
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import re
@@ -136,9 +137,8 @@ def safe_path(path: str) -> Path:
 
 
 # -- fence 2: a speed bump that explains -----------------------------------------
-# check_command judges the words of a command line as bash reads them, never substrings (`grep -rn
-# sudo .` is fine). It refuses well-known dangerous commands, and what it cannot read instead of
-# guessing, with a reason the model can act on. A speed bump: the wall (fence 3) is the boundary.
+# check_command judges a command line's words as bash reads them, never substrings (`grep -rn sudo .` is fine).
+# It refuses the usual dangerous commands, and what it cannot read, with a reason. The wall (fence 3) is the boundary.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -147,10 +147,10 @@ REFUSED_PROGRAMS = {
                     "erases or repartitions a disk"),
     "killall5": "kills every process",
 }
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "source", "."}  # they run shell code
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "trap", "source", "."}  # run shell code
 INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "r"}  # -> letters of inline code
-STARTS_PROGRAMS = re.compile(r"\b(system|popen|Popen|spawn\w*|exec|exec[lv]p?e?|execSync|execFile\w*|fork\w*"
-                             r"|subprocess|child_process|pty|qx)\b|`")
+STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|popen|Popen|Open3|\w*spawn\w*|exec|exec[lv]p?e?"
+                             r"|execSync|execFile\w*|fork\w*|\w*subprocess\w*|child_process|pty|qx)\b|`|%x")
 WRAPPERS = {  # they run the command after their options: {name: (short options that take a value, long ones)}
     "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "time": ("fo", ["--format", "--output"]),
     "nice": ("n", ["--adjustment"]), "timeout": ("sk", ["--signal", "--kill-after"]), "exec": ("a", []),
@@ -158,10 +158,10 @@ WRAPPERS = {  # they run the command after their options: {name: (short options 
     "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
     **dict.fromkeys(["nohup", "setsid", "command", "builtin", "busybox"], ("", [])),
 }
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
 FIND_RUNS = {"-exec", "-execdir", "-ok", "-okdir"}  # find runs the command that follows, up to ; or +
-SYSTEM_DIRS = [Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
-                                 "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/Users", "/System", "/Library")]
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "opt", "proc", "root", "sbin", "sys",
+               "usr", "var", "private", "Users", "System", "Library"}  # the folders in / that belong to the system
 HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
 MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
@@ -170,25 +170,20 @@ def check_command(command: str, depth: int = 0) -> str | None:
     """Why this command line must not run, or None. A pure function: it never runs anything."""
     try:
         for simple in parse(command, depth)[0]:
-            writes = [target for operator, target in simple["redirects"] if ">" in operator]  # > >> &> <> ...
-            reason = check_writes(writes) or check_words(simple, depth)
+            reason = check_writes([t for op, t in simple["redirects"] if ">" in op]) or check_words(simple, depth)
             if reason:
                 return reason.replace("\0", "")  # a NUL marks an expansion (see parse): show none
-    except ValueError as unreadable:
-        if depth:
-            raise  # to the outermost call, which says it
+    except ValueError as unreadable:  # inside bash -c or eval too: the reason goes up like any other
         return f"the filter cannot read this command: {unreadable}".replace("\0", "")
     return None
 
 
 def check_words(simple: dict, depth: int) -> str | None:
     """Judge one simple command by its program and arguments."""
-    words = unwrap(simple["words"])
-    if not words:
-        return None
-    if unreadable(words[0]):
-        raise ValueError(f"the program name {words[0]} is only known when the command runs; write it out")
-    program, args = program_name(words[0]), words[1:]
+    name, *args = unwrap(simple["words"]) or [""]  # [""]: nothing runs (VAR=value alone, `command -v rm`)
+    if unreadable(name):
+        raise ValueError(f"the program name {name} is only known when the command runs; write it out")
+    program = program_name(name)
     if program in REFUSED_PROGRAMS:
         return f"{program} {REFUSED_PROGRAMS[program]}"
     if program.startswith(("mkfs", "mke2fs")):
@@ -202,54 +197,52 @@ def check_words(simple: dict, depth: int) -> str | None:
 
 
 def check_code(program: str, args: list, simple: dict, depth: int) -> str | None:
-    """A shell, eval, source or an interpreter runs code: judge the code, or refuse what it cannot read."""
-    arguments, given = operands(args), dict(simple["redirects"])  # given: < a file, << a heredoc, <<< a string
-    if program == "eval":
+    """A shell, eval, trap, source or an interpreter runs code: judge it, or refuse what it cannot read."""
+    given, script = dict(simple["redirects"]), operands(args)[:1]  # given: < a file, << a heredoc, <<< a string
+    if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
         codes = [" ".join(args)]
-    elif program in SHELLS:  # bash -c CODE NAME ARGS: judging every operand as code errs on the safe side
-        codes = arguments if any(re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", arg) for arg in args) else []
+    elif program in SHELLS:  # bash -c CODE NAME ARGS: every operand is judged as code, to be safe; -s: stdin
+        codes, script = (operands(args), []) if has_flag(args, "c") else ([], [] if has_flag(args, "s") else script)
     else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
         codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
             rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
-    if not codes and (arguments[:1] not in ([], ["-"]) or program == "python" and has_flag(args, "m")):
-        if arguments and unreadable(arguments[0]):  # a script file or, for python -m, a module
-            raise ValueError(f"{program} runs {arguments[0]}, which is only known when the command runs")
+    if not codes and (script not in ([], ["-"]) or program == "python" and has_flag(args, "m")
+                      or {"--version", "--help", "-V", "-h"} & set(args)):  # a script, a module, or it exits at once
+        if script and unreadable(script[0]):
+            raise ValueError(f"{program} runs {script[0]}, which is only known when the command runs")
         return None
     if not codes and not {"<", "<<", "<<<"} & given.keys():
         raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
-    for code in codes or [given.get("<<", given.get("<<<", ""))]:  # `bash < script.sh` runs a file
-        if "\0" in code:
-            raise ValueError(f"{program} runs code that is only known when the command runs")
-        if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
-            raise ValueError(f"{program}'s inline code starts other programs ({starts[0]}); run them with bash")
-        reason = check_command(code, depth + 1) if program in SHELLS else None
-        if reason:
-            return reason
-    return None
+    code = "\n".join(codes) or given.get("<<", given.get("<<<", ""))  # `bash < script.sh` runs a file
+    if "\0" in code:
+        raise ValueError(f"{program} runs code that is only known when the command runs")
+    if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
+        raise ValueError(f"{program}'s inline code starts other programs ({starts[0]}); run them with bash")
+    return check_command(code, depth + 1) if program in SHELLS else None
 
 
 def unwrap(words: list) -> list:
     """Strip what only runs the real command: VAR=value, keywords, and wrappers with their options."""
     i, xargs, replaced = 0, False, False
-    while i < len(words) and (words[i] in KEYWORDS or "=" in words[i] or program_name(words[i]) in WRAPPERS):
-        name, i = program_name(words[i]), i + 1
-        if name not in WRAPPERS:  # a keyword, or VAR=value (bash's own, or env's)
-            continue
-        options, i = split_options(words, i, *WRAPPERS[name])
+    while i < len(words) and (words[i] in KEYWORDS or re.match(r"[A-Za-z_]\w*\+?=", words[i])):
+        i += 1
+    while i < len(words) and (name := program_name(words[i])) in WRAPPERS:
+        options, i = split_options(words, i + 1, *WRAPPERS[name])
         if name == "command" and has_flag(options, "vV"):
             return []  # `command -v rm` only asks where rm is
         if name == "env" and has_flag(options, "S", "--split-string"):
             raise ValueError("env -S builds the command from one string; write the command out")
+        while name == "env" and i < len(words) and ("=" in words[i] or words[i] == "-"):
+            i += 1  # env's own NAME=value, and - (the same as -i)
         i += name == "timeout"  # the duration
         xargs, replaced = xargs or name == "xargs", replaced or name == "xargs" and has_flag(options, "Ii", "--replace")
-    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any of them
-        return [words[i], *("\0" * replaced + word for word in words[i + 1:]), "\0(input)"]
+    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any but the options
+        return [words[i], *(word if word[:1] == "-" else "\0" * replaced + word for word in words[i + 1:]), "\0(input)"]
     return words[i:]
 
 
 def split_options(words: list, start: int, short_values: str, long_values: list) -> tuple:
-    """A wrapper's options from `start` on, and where its command begins, as GNU reads them: `-n5`,
-    `-n 5`, `--sig=KILL`, `--sig KILL` (long options may be shortened); `--` or an operand ends them."""
+    """A wrapper's options from `start`, and where its command begins: `-n5`, `-n 5`, `--sig KILL`, `--sig=KILL`."""
     i = start
     while i < len(words) and words[i].startswith("-") and words[i] != "-":
         option, i = words[i], i + 1
@@ -282,49 +275,51 @@ def unreadable(word: str) -> bool:
     return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or "}" in word.partition("{")[2]
 
 
-# The rules: one small function per program, judging its arguments.
 INSIDE, WORKSPACE, OUTSIDE = "files in the workspace", "the whole workspace", "files outside the workspace"
-SYSTEM, UNKNOWN = "system files", "files only known at run time"  # what place() finds
+SYSTEM, UNKNOWN = "system files", "files only known at run time"  # the rules below ask place() where arguments lead
 
 
 def place(word: str) -> str:
-    """Where an argument leads, resolved as safe_path resolves: one of INSIDE ... UNKNOWN ($X, ~user).
-    A last part `*` or `.*` names everything in its folder, so it counts as the folder."""
-    text = os.path.expanduser(word)
+    """Where an argument leads, resolved like safe_path resolves; a last part `*` or `.*` counts as its folder."""
+    text, workspace = os.path.expanduser(word), os.path.realpath(WORKDIR)
     folder, slash, last = text.rpartition("/")
-    if "\0" in text or text[:1] == "~":
+    if "\0" in text or text[:1] == "~" or "}" in text.partition("{")[2]:  # {a,b} expands too
         return UNKNOWN
-    try:
-        path = (WORKDIR.resolve() / (folder or slash or "." if last in ("*", ".*") else text)).resolve()
-    except (OSError, RuntimeError):  # a symlink loop, a name too long: nothing there
-        return UNKNOWN
-    if path.is_relative_to(WORKDIR.resolve()):
-        return WORKSPACE if path == WORKDIR.resolve() else INSIDE
-    return SYSTEM if path == Path("/") or any(path.is_relative_to(folder) for folder in SYSTEM_DIRS) else OUTSIDE
+    path = os.path.realpath(os.path.join(workspace, folder or slash or "." if last in ("*", ".*") else text))
+    if os.path.commonpath([path, workspace]) == workspace:
+        return WORKSPACE if path == workspace else INSIDE
+    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 
 def check_writes(targets: list) -> str | None:
     """Why writing these must not happen: devices, system files (~/.bashrc too: /home and /root are system).
     /dev/stdout, /dev/stderr and /dev/fd/N are judged as written: in a terminal they lead to its device."""
-    for target in targets:
-        as_written = os.path.normpath(target) in HARMLESS_DEVICES or target.startswith("/dev/fd/")
+    for target in dict.fromkeys(targets):  # each once
+        as_written = os.path.normpath(target) in HARMLESS_DEVICES or re.fullmatch(r"/dev/fd/[0-9]+", target)
         if not as_written and place(target) == SYSTEM:
             return f"writes to {target}, a device or system file"
     return None
 
 
 def check_rm(args: list) -> str | None:
-    for target in operands(args):
-        if (where := place(target)) == SYSTEM or where != INSIDE and has_flag(args, "rR", "--recursive"):
+    recursive = has_flag(args, "rR", "--recursive")
+    for target in dict.fromkeys(operands(args)):  # each once
+        if (where := place(target)) == SYSTEM or where != INSIDE and recursive:
             return f"rm {target} deletes {where}"
     return None
 
 
-def check_find(args: list) -> str | None:
-    starts = args[:next((i for i, arg in enumerate(args) if arg.startswith(("-", "(", "!"))), len(args))] or ["."]
-    acts = {"-delete", *FIND_RUNS} & set(args)
-    if acts and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts)):
-        return f"find {' '.join(starts)} {min(acts)} acts on files outside the workspace"
+def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the first operand is the mode or the owner
+    mode_or_owner, *paths = [place(operand) for operand in dict.fromkeys(operands(args))] or [None]
+    if has_flag(args, "R", "--recursive") and (mode_or_owner == SYSTEM or {SYSTEM, UNKNOWN} & set(paths)):
+        return "changes owners or modes recursively in a system folder, or where the filter cannot tell"
+    return None
+
+
+def check_find(args: list) -> str | None:  # the start folders come before the expression (-name, -delete, (, !)
+    starts = [a for a in itertools.takewhile(lambda a: not re.match(r"-[a-z]|[(!]", a), args) if a[:1] != "-"] or ["."]
+    if {"-delete", *FIND_RUNS} & set(args) and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts)):
+        return f"find {' '.join(starts)} deletes or runs commands on files outside the workspace"
     return None
 
 
@@ -337,11 +332,10 @@ def destination(args: list) -> list:  # cp, mv, ln, install: -t DIR, --target-di
 
 RULES = {  # program -> a function of its arguments that says why not, or None
     "rm": check_rm,
-    **dict.fromkeys(["chmod", "chown", "chgrp"], lambda args: "changes system files' owners or modes recursively"
-                    if has_flag(args, "R", "--recursive") and SYSTEM in map(place, operands(args)) else None),
+    **dict.fromkeys(["chmod", "chown", "chgrp"], check_mode_change),
     "kill": lambda args: "kills every process" if "-1" in args[1:] else None,
     **dict.fromkeys(["pkill", "killall"], lambda args: "kills every process" if {".", ".*", "^"} & set(args) else None),
-    **dict.fromkeys(["init", "telinit"], lambda args: "powers off or restarts the machine" if {"0", "6"} & set(args) else None),
+    **dict.fromkeys(["init", "telinit"], lambda args: "powers off or reboots" if {"0", "6"} & set(args) else None),
     "systemctl": lambda args: "powers off the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None,
     "dd": lambda args: check_writes([a.removeprefix("of=") for a in args if a.startswith("of=")]),
     **dict.fromkeys(["tee", "shred", "truncate"], lambda args: check_writes(operands(args))),
@@ -350,41 +344,40 @@ RULES = {  # program -> a function of its arguments that says why not, or None
 }
 
 
-# Reading bash: the machinery under check_command. Safe to skip on a first reading:
-# parse("echo ok; sudo ls")[0] is a list of two simple commands, and that is all the rules need.
+# Reading bash: the machinery under check_command, safe to skip on a first reading. All the rules need is
+# that parse("echo ok; sudo ls")[0] is a list of two simple commands.
 
-UNQUOTED = re.compile(r"""(?P<blank>[ \t]+) | (?P<comment>(?<![^ \t\n;&|()<>])\#[^\n]*)
-    | (?P<descriptor>(?<![^ \t\n;&|()<>])[0-9]+(?=[<>])) | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'?
-    | \\(?P<escape>.?) | (?P<quote>") | (?P<substitution>\$\(|[<>]\() | (?P<variable>\$(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
-    | (?P<heredoc><<-?[ \t]*(?P<quoting>['"\\]?)(?P<delimiter>[^\s'"\\<>|&;()]+)['"]?) | (?P<unread>`|(?<!=)\([ \t]*\))
+UNQUOTED = re.compile(r"""(?P<blank>[ \t]+) | (?P<comment>\#) | (?P<descriptor>[0-9]+(?=[<>]))
+    | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'? | \\(?P<escape>.?) | (?P<quote>")
+    | (?P<expansion>\$?\(\([^()$`]*\)\) | \$\{[^}$`]*\} | \$'(?:[^'\\]|\\.)*'?
+                    | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<substitution>\$\(|[<>]\()
+    | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\.)+)) | (?P<unread>`|(?<!=)\([ \t]*\))
     | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
-QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>")
-    | (?P<substitution>\$\() | (?P<variable>\$(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<unread>`)""", re.VERBOSE | re.DOTALL)
-UNREAD = "backticks, functions and case inside $(...) are outside the part of bash the filter reads: write $(...)"
+QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>") | (?P<unread>`)
+    | (?P<expansion>\$\(\([^()$`]*\)\) | \$\{[^}$`]*\} | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
+    | (?P<substitution>\$\()""", re.VERBOSE | re.DOTALL)
+UNREAD = "backticks, functions and case are outside the part of bash the filter reads: use $(...), commands, if"
 
 
 def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tuple:
-    """The simple commands a script runs, those in $(...) first, and where it ends (nested=True: after
-    the ) that closes a $(...)). Each is {"words": [...], "redirects": [(operator, target or heredoc)]}.
-    One regular expression per context (outside double quotes, inside) names the next token. Quotes
-    and backslashes go as bash removes them; an expansion the filter does not perform ($X, $(...))
-    stays in its word after a NUL, which no real argument can contain."""
+    """The simple commands a script runs, {"words": [...], "redirects": [(operator, target)]}, those in $(...)
+    first, and where it ends (nested: after the ) that closes a $(...)). Quotes go as bash removes them; an
+    expansion it does not perform ($X, $(...)) stays in its word after a NUL, which no real argument contains."""
     if depth > MAX_DEPTH:
         raise ValueError(f"it nests shells, evals or substitutions more than {MAX_DEPTH} levels deep")
-    found, word, heredocs, parens, quoted = [], [], [], 0, False
+    found, word, heredocs, parens, quoted, descriptor = [], [], [], 0, False, ""
     command, redirect = {"words": [], "redirects": []}, None
 
     def end_word():
         nonlocal redirect
+        if not word:
+            return
         text = "".join(word)
         word.clear()
-        if text == "function" and not command["words"] or nested and text == "case":
+        if text in ("function", "case") and set(command["words"]) <= KEYWORDS and not redirect:
             raise ValueError(UNREAD)
-        if text and redirect:
-            command["redirects"].append((redirect, text))
-            redirect = None
-        elif text:
-            command["words"].append(text)
+        command["redirects" if redirect else "words"].append((redirect, text) if redirect else text)
+        redirect = None
 
     def end_command():
         end_word()
@@ -395,11 +388,12 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
     while i < len(script):
         token = (QUOTED if quoted else UNQUOTED).match(script, i)
         kind, text, i = token.lastgroup, token[token.lastgroup], token.end()
-        if kind in ("plain", "single", "escape"):
-            word.append(text.strip("\n") if kind == "escape" else text)  # a backslash before a newline joins lines
-        elif kind == "quote":
-            quoted = not quoted
-        elif kind == "variable":
+        if kind == "comment" and word:  # inside a word, # is a letter: "a"#b
+            kind = "plain"
+        if kind in ("plain", "single", "escape", "quote") or kind == "descriptor" and word:
+            word.append({"escape": text.strip("\n"), "quote": ""}.get(kind, text))  # "" is a word; \<newline> is none
+            quoted ^= kind == "quote"
+        elif kind == "expansion":
             word.append("\0" + text)
         elif kind == "substitution":  # $(...), <(...), >(...): the commands inside run first
             inner, i = parse(script, depth + 1, i, nested=True)
@@ -407,21 +401,25 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             word.append("\0$(...)")
         elif kind == "unread":
             raise ValueError(UNREAD)
-        elif kind in ("blank", "comment", "descriptor"):  # in 2>&1 the 2 is a file descriptor, not a word
+        elif kind in ("blank", "comment", "descriptor"):  # 2 in 2>&1 names a file descriptor of the redirect
             end_word()
-        elif kind == "heredoc":  # its body starts on the next line
+            descriptor = text if kind == "descriptor" else ""
+            i = re.compile(r"[^\n]*").match(script, i).end() if kind == "comment" else i  # to the end of the line
+        elif kind == "heredoc":  # its body starts on the next line; <<- takes the tabs off its lines
             end_word()
-            heredocs.append((command["redirects"], token["delimiter"], not token["quoting"]))
+            name = re.sub(r"['\"\\]", "", token["delimiter"])  # a quoted delimiter: nothing in the body runs
+            tabs = "\t*" if text.startswith("<<-") else ""
+            heredocs.append((command["redirects"], tabs + re.escape(name), name == token["delimiter"]))
         elif kind == "newline":
             end_command()
             for redirects, delimiter, expands in heredocs:
-                end = re.compile(rf"^\t*{re.escape(delimiter)}$", re.MULTILINE).search(script, i)
+                end = re.compile(f"^{delimiter}$", re.MULTILINE).search(script, i)
                 body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
-                if expands and re.search(r"\$\(|`", body):
-                    raise ValueError(f"the heredoc runs $(...) or `...`; quote its delimiter: <<'{delimiter}'")
-                redirects.append(("<<", body))
+                if expands:  # read as a "string" (true runs nothing): its $(...) run; with $X it is known at run time
+                    found += parse('true "' + body.replace('"', "") + '"', depth + 1)[0]
+                redirects.append(("<<", "\0" * (expands and "$" in body) + body))
             heredocs.clear()
-        elif nested and text == ")" and parens == 0:
+        elif nested and text == ")" and parens == 0 and not heredocs:
             end_command()
             return found, i
         elif text in (";", ";;", "&", "&&", "|", "|&", "||", "(", ")"):
@@ -429,7 +427,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             end_command()
         else:
             end_word()
-            redirect = text
+            redirect, descriptor = descriptor + text, ""
     end_command()
     return found, i
 
