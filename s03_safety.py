@@ -201,8 +201,10 @@ def check_code(program: str, args: list, simple: dict, depth: int) -> str | None
     given, script = dict(simple["redirects"]), operands(args)[:1]  # given: < a file, << a heredoc, <<< a string
     if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
         codes = [" ".join(args)]
-    elif program in SHELLS:  # bash -c CODE NAME ARGS: every operand is judged as code, to be safe; -s: stdin
-        codes, script = (operands(args), []) if has_flag(args, "c") else ([], [] if has_flag(args, "s") else script)
+    elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options end at the first operand
+        options, start = split_options(args, 0, "oO", ["--rcfile", "--init-file"])
+        script = [] if has_flag(options, "s") else args[start:start + 1]  # -s: the code comes from stdin
+        codes = args[start:] if has_flag(options, "c") else []  # every operand is judged as code, to be safe
     else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
         codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
             rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
