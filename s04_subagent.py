@@ -169,13 +169,12 @@ REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff", "kexec"], "powers off or restarts the machine"),
     **dict.fromkeys(["wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "gdisk", "sgdisk", "blkdiscard", "mkswap"],
-                    "erases or repartitions a disk"),
-    "killall5": "kills every process",
+                    "erases or repartitions a disk"), "killall5": "kills every process",
 }
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "trap", "source", "."}  # run shell code
-INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "r"}  # -> letters of inline code
-STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|popen|Popen|Open3|\w*spawn\w*|exec|exec[lv]p?e?"
-                             r"|execSync|execFile\w*|fork\w*|\w*subprocess\w*|child_process|pty|qx)\b|`|%x")
+INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "rBRE"}  # -> letters of inline code
+STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|popen|Popen|Open3|\w*spawn\w*|\w*exec[lv]?p?e?"
+                             r"|execSync|execFile\w*|fork\w*|\w*subprocess\w*|child_process|pty|qx|readpipe)\b|`|%x")
 WRAPPERS = {  # they run the command after their options: {name: (short options that take a value, long ones)}
     "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "time": ("fo", ["--format", "--output"]),
     "nice": ("n", ["--adjustment"]), "timeout": ("sk", ["--signal", "--kill-after"]), "exec": ("a", []),
@@ -183,11 +182,12 @@ WRAPPERS = {  # they run the command after their options: {name: (short options 
     "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
     **dict.fromkeys(["nohup", "setsid", "command", "builtin", "busybox"], ("", [])),
 }
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc", "time", "-p"}  # time -p too
 FIND_RUNS = {"-exec", "-execdir", "-ok", "-okdir"}  # find runs the command that follows, up to ; or +
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "opt", "proc", "root", "sbin", "sys",
                "usr", "var", "private", "Users", "System", "Library"}  # the folders in / that belong to the system
-HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
+HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
+BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")  # {a,b} and {1..3} expand; {} alone does not
 MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
 
@@ -225,22 +225,23 @@ def check_code(program: str, args: list, simple: dict, depth: int) -> str | None
     """A shell, eval, trap, source or an interpreter runs code: judge it, or refuse what it cannot read."""
     given, script = dict(simple["redirects"]), operands(args)[:1]  # given: < a file, << a heredoc, <<< a string
     if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
-        codes = [" ".join(args)]
+        codes = [" ".join(args[args[:1] == ["--"]:])]
     elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options end at the first operand
         options, start = split_options(args, 0, "oO", ["--rcfile", "--init-file"])
         script = [] if has_flag(options, "s") else args[start:start + 1]  # -s: the code comes from stdin
         codes = args[start:] if has_flag(options, "c") else []  # every operand is judged as code, to be safe
     else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
         codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
-            rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
-    if not codes and (script not in ([], ["-"]) or program == "python" and has_flag(args, "m")
-                      or {"--version", "--help", "-V", "-h"} & set(args)):  # a script, a module, or it exits at once
+            rf"-[a-zA-Z]*[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
+    script = [a for a in script if a not in ("-", "/dev/stdin")] or [t for op, t in simple["redirects"] if op == "<"]
+    if not codes and (script or program == "python" and has_flag(args, "m")
+                      or {"--version", "--help", "-V"} & set(args[:1])):  # a script (bash < x too), or it exits
         if script and unreadable(script[0]):
             raise ValueError(f"{program} runs {script[0]}, which is only known when the command runs")
         return None
-    if not codes and not {"<", "<<", "<<<"} & given.keys():
+    if not codes and not {"<<", "<<<"} & given.keys():
         raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
-    code = "\n".join(codes) or given.get("<<", given.get("<<<", ""))  # `bash < script.sh` runs a file
+    code = "\n".join(codes) or given.get("<<", given.get("<<<", ""))
     if "\0" in code:
         raise ValueError(f"{program} runs code that is only known when the command runs")
     if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
@@ -263,8 +264,8 @@ def unwrap(words: list) -> list:
             i += 1  # env's own NAME=value, and - (the same as -i)
         i += name == "timeout"  # the duration
         xargs, replaced = xargs or name == "xargs", replaced or name == "xargs" and has_flag(options, "Ii", "--replace")
-    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any but the options
-        return [words[i], *(word if word[:1] == "-" else "\0" * replaced + word for word in words[i + 1:]), "\0(input)"]
+    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any of them
+        return [words[i], *(word + "\0" * replaced for word in words[i + 1:]), "\0(input)"]
     return words[i:]
 
 
@@ -299,7 +300,7 @@ def program_name(word: str) -> str:
 
 def unreadable(word: str) -> bool:
     """Is this word only known at run time? A NUL marks $X, $(...) and the like; globs and braces expand."""
-    return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or "}" in word.partition("{")[2]
+    return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or bool(BRACES.search(word))
 
 
 INSIDE, WORKSPACE, OUTSIDE = "files in the workspace", "the whole workspace", "files outside the workspace"
@@ -309,8 +310,10 @@ SYSTEM, UNKNOWN = "system files", "files only known at run time"  # the rules be
 def place(word: str) -> str:
     """Where an argument leads, resolved like safe_path resolves; a last part `*` or `.*` counts as its folder."""
     text, workspace = os.path.expanduser(word), os.path.realpath(WORKDIR)
+    if BRACES.search(text):  # {a,b} expands: judge the folder before it, and know nothing if it starts the word
+        text = text[:BRACES.search(text).start()] or "\0"
     folder, slash, last = text.rpartition("/")
-    if "\0" in text or text[:1] == "~" or "}" in text.partition("{")[2]:  # {a,b} expands too
+    if "\0" in text or text[:1] == "~":
         return UNKNOWN
     path = os.path.realpath(os.path.join(workspace, folder or slash or "." if last in ("*", ".*") else text))
     if os.path.commonpath([path, workspace]) == workspace:
@@ -319,8 +322,7 @@ def place(word: str) -> str:
 
 
 def check_writes(targets: list) -> str | None:
-    """Why writing these must not happen: devices, system files (~/.bashrc too: /home and /root are system).
-    /dev/stdout, /dev/stderr and /dev/fd/N are judged as written: in a terminal they lead to its device."""
+    """Why writing these must not happen: devices and system files. /dev/stderr and the like count as written."""
     for target in dict.fromkeys(targets):  # each once
         as_written = os.path.normpath(target) in HARMLESS_DEVICES or re.fullmatch(r"/dev/fd/[0-9]+", target)
         if not as_written and place(target) == SYSTEM:
@@ -329,11 +331,9 @@ def check_writes(targets: list) -> str | None:
 
 
 def check_rm(args: list) -> str | None:
-    recursive = has_flag(args, "rR", "--recursive")
-    for target in dict.fromkeys(operands(args)):  # each once
-        if (where := place(target)) == SYSTEM or where != INSIDE and recursive:
-            return f"rm {target} deletes {where}"
-    return None
+    recursive, targets = has_flag(args, "rR", "--recursive"), dict.fromkeys(operands(args))  # each target once
+    return next((f"rm {target} deletes {where}" for target in targets
+                 if (where := place(target)) == SYSTEM or where != INSIDE and recursive), None)
 
 
 def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the first operand is the mode or the owner
@@ -374,22 +374,21 @@ RULES = {  # program -> a function of its arguments that says why not, or None
 # Reading bash: the machinery under check_command, safe to skip on a first reading. All the rules need is
 # that parse("echo ok; sudo ls")[0] is a list of two simple commands.
 
-UNQUOTED = re.compile(r"""(?P<blank>[ \t]+) | (?P<comment>\#) | (?P<descriptor>[0-9]+(?=[<>]))
+UNQUOTED = re.compile(r"""(?P<blank>[ \t]+|\(\([^()$`'"\\]*\)\)) | (?P<comment>\#) | (?P<descriptor>[0-9]+(?=[<>]))
     | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'? | \\(?P<escape>.?) | (?P<quote>")
-    | (?P<expansion>\$?\(\([^()$`]*\)\) | \$\{[^}$`]*\} | \$'(?:[^'\\]|\\.)*'?
-                    | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<substitution>\$\(|[<>]\()
-    | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\.)+)) | (?P<unread>`|(?<!=)\([ \t]*\))
+    | (?P<unread>`|(?<!=)\([ \t]*\)|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\)
+                    | \$\{[^}$`'"\\]*\} | \$'(?:[^'\\]|\\.)*'? | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
+    | (?P<substitution>\$\(|[<>]\() | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\.)+))
     | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
-QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>") | (?P<unread>`)
-    | (?P<expansion>\$\(\([^()$`]*\)\) | \$\{[^}$`]*\} | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
-    | (?P<substitution>\$\()""", re.VERBOSE | re.DOTALL)
-UNREAD = "backticks, functions and case are outside the part of bash the filter reads: use $(...), commands, if"
+QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>")
+    | (?P<unread>`|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\) | \$\{[^}$`'"\\]*\}
+                    | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<substitution>\$\()""", re.VERBOSE | re.DOTALL)
+UNREAD = "backticks, functions, case and quotes inside ${...} or $((...)) are outside the part of bash the filter reads"
 
 
 def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tuple:
-    """The simple commands a script runs, {"words": [...], "redirects": [(operator, target)]}, those in $(...)
-    first, and where it ends (nested: after the ) that closes a $(...)). Quotes go as bash removes them; an
-    expansion it does not perform ($X, $(...)) stays in its word after a NUL, which no real argument contains."""
+    """The simple commands a script runs, {"words": [...], "redirects": [(operator, target)]}, those in $(...) first,
+    and where it ends (nested: after the ) that closes a $(...)). $X and $(...) stay in their words after a NUL."""
     if depth > MAX_DEPTH:
         raise ValueError(f"it nests shells, evals or substitutions more than {MAX_DEPTH} levels deep")
     found, word, heredocs, parens, quoted, descriptor = [], [], [], 0, False, ""
@@ -401,7 +400,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             return
         text = "".join(word)
         word.clear()
-        if text in ("function", "case") and set(command["words"]) <= KEYWORDS and not redirect:
+        if text in ("function", "case") and set(command["words"][-1:]) <= KEYWORDS and not redirect:
             raise ValueError(UNREAD)
         command["redirects" if redirect else "words"].append((redirect, text) if redirect else text)
         redirect = None
@@ -415,10 +414,12 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
     while i < len(script):
         token = (QUOTED if quoted else UNQUOTED).match(script, i)
         kind, text, i = token.lastgroup, token[token.lastgroup], token.end()
+        if kind == "escape" and text == "\n":  # a backslash before a newline: the line goes on
+            continue
         if kind == "comment" and word:  # inside a word, # is a letter: "a"#b
             kind = "plain"
         if kind in ("plain", "single", "escape", "quote") or kind == "descriptor" and word:
-            word.append({"escape": text.strip("\n"), "quote": ""}.get(kind, text))  # "" is a word; \<newline> is none
+            word.append("" if kind == "quote" else text)  # "" is a word too
             quoted ^= kind == "quote"
         elif kind == "expansion":
             word.append("\0" + text)
@@ -434,7 +435,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             i = re.compile(r"[^\n]*").match(script, i).end() if kind == "comment" else i  # to the end of the line
         elif kind == "heredoc":  # its body starts on the next line; <<- takes the tabs off its lines
             end_word()
-            name = re.sub(r"['\"\\]", "", token["delimiter"])  # a quoted delimiter: nothing in the body runs
+            name = shlex.split(token["delimiter"])[0]  # quoted in any way, nothing in the body runs
             tabs = "\t*" if text.startswith("<<-") else ""
             heredocs.append((command["redirects"], tabs + re.escape(name), name == token["delimiter"]))
         elif kind == "newline":
@@ -442,8 +443,8 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             for redirects, delimiter, expands in heredocs:
                 end = re.compile(f"^{delimiter}$", re.MULTILINE).search(script, i)
                 body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
-                if expands:  # read as a "string" (true runs nothing): its $(...) run; with $X it is known at run time
-                    found += parse('true "' + body.replace('"', "") + '"', depth + 1)[0]
+                if expands and re.search(r"\$\(|`", body):  # they would run: quote the delimiter
+                    raise ValueError("the heredoc runs $(...) or `...`, which the filter reads only in commands")
                 redirects.append(("<<", "\0" * (expands and "$" in body) + body))
             heredocs.clear()
         elif nested and text == ")" and parens == 0 and not heredocs:
