@@ -444,7 +444,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
                 end = re.compile(f"^{delimiter}$", re.MULTILINE).search(script, i)
                 body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
                 if expands and re.search(r"\$\(|`", body):  # they would run: quote the delimiter
-                    raise ValueError("the heredoc runs $(...) or `...`, which the filter reads only in commands")
+                    raise ValueError("the heredoc runs $(...) or `...`; write <<'EOF' if it should not")
                 redirects.append(("<<", "\0" * (expands and "$" in body) + body))
             heredocs.clear()
         elif nested and text == ")" and parens == 0 and not heredocs:
