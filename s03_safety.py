@@ -157,12 +157,13 @@ WRAPPERS = {  # they run the command after their options: {name: (short options 
     "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
     **dict.fromkeys(["nohup", "setsid", "command", "builtin", "busybox"], ("", [])),
 }
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc", "time", "-p"}  # time -p too
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
 FIND_RUNS = {"-exec", "-execdir", "-ok", "-okdir"}  # find runs the command that follows, up to ; or +
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "opt", "proc", "root", "sbin", "sys",
                "usr", "var", "private", "Users", "System", "Library"}  # the folders in / that belong to the system
 HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
 BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")  # {a,b} and {1..3} expand; {} alone does not
+STDIN = ("-", "/dev/stdin", "/dev/fd/0")  # names for standard input
 MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
 
@@ -173,7 +174,7 @@ def check_command(command: str, depth: int = 0) -> str | None:
             reason = check_writes([t for op, t in simple["redirects"] if ">" in op]) or check_words(simple, depth)
             if reason:
                 return reason.replace("\0", "")  # a NUL marks an expansion (see parse): show none
-    except ValueError as unreadable:  # inside bash -c or eval too: the reason goes up like any other
+    except (ValueError, RecursionError) as unreadable:  # RecursionError: a long chain of symlinks
         return f"the filter cannot read this command: {unreadable}".replace("\0", "")
     return None
 
@@ -190,33 +191,37 @@ def check_words(simple: dict, depth: int) -> str | None:
         return f"{program} formats a disk"
     if program in SHELLS or program in INTERPRETERS:
         return check_code(program, args, simple, depth)
-    if program == "find":  # -exec CMD ; runs CMD: read find's words as commands, each ended by -exec, ; or +
-        commands = " ".join(";" if arg in {*FIND_RUNS, ";", "+"} else shlex.quote(arg) for arg in args)
-        return check_command(f"true {commands}", depth + 1) or check_find(args)  # true: find's own words run nothing
+    if program == "find":  # its start folders come before the expression (-name, -delete, (, !)
+        starts = [a for a in itertools.takewhile(lambda a: not re.match(r"-[a-z]|[(!]", a), args) if a[:1] != "-"]
+        if {"-delete", *FIND_RUNS} & set(args) and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts or ["."])):
+            return f"find {' '.join(starts)} deletes or runs commands on files outside the workspace"
+        commands = " ".join(";" if arg in {*FIND_RUNS, ";", "+"} else shlex.quote(arg) for arg in args)  # -exec CMD ;
+        return check_command(f"true {commands}", depth + 1)  # find's own words, after true, run nothing
     return RULES[program](args) if program in RULES else None
 
 
 def check_code(program: str, args: list, simple: dict, depth: int) -> str | None:
     """A shell, eval, trap, source or an interpreter runs code: judge it, or refuse what it cannot read."""
-    given, script = dict(simple["redirects"]), operands(args)[:1]  # given: < a file, << a heredoc, <<< a string
+    script = operands(args)[:1]  # and stdin: the last of < FILE, << HEREDOC, <<< STRING (0< too)
+    stdin = [(op.lstrip("0"), t) for op, t in simple["redirects"] if op.lstrip("0") in ("<", "<<", "<<<")][-1:]
     if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
         codes = [" ".join(args[args[:1] == ["--"]:])]
     elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options end at the first operand
         options, start = split_options(args, 0, "oO", ["--rcfile", "--init-file"])
         script = [] if has_flag(options, "s") else args[start:start + 1]  # -s: the code comes from stdin
         codes = args[start:] if has_flag(options, "c") else []  # every operand is judged as code, to be safe
-    else:  # python -c CODE, perl -e CODE, node --eval=CODE, -cCODE
+    else:  # python -c CODE, -cCODE, perl -e CODE, node -pe CODE (letters alone take the next word), --eval=CODE
         codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
-            rf"-[a-zA-Z]*[{INTERPRETERS[program]}](.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
-    script = [a for a in script if a not in ("-", "/dev/stdin")] or [t for op, t in simple["redirects"] if op == "<"]
+            rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](?![a-zA-Z]+$)(.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
+    script = [a for a in script if a not in STDIN] or [t for op, t in stdin if op == "<" and t not in STDIN]
     if not codes and (script or program == "python" and has_flag(args, "m")
                       or {"--version", "--help", "-V"} & set(args[:1])):  # a script (bash < x too), or it exits
         if script and unreadable(script[0]):
             raise ValueError(f"{program} runs {script[0]}, which is only known when the command runs")
         return None
-    if not codes and not {"<<", "<<<"} & given.keys():
+    if not codes and not [op for op, _ in stdin if op != "<"]:
         raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
-    code = "\n".join(codes) or given.get("<<", given.get("<<<", ""))
+    code = "\n".join(codes) or "".join(t for op, t in stdin if op != "<")  # a heredoc or a <<< string
     if "\0" in code:
         raise ValueError(f"{program} runs code that is only known when the command runs")
     if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
@@ -226,10 +231,12 @@ def check_code(program: str, args: list, simple: dict, depth: int) -> str | None
 
 def unwrap(words: list) -> list:
     """Strip what only runs the real command: VAR=value, keywords, and wrappers with their options."""
-    i, xargs, replaced = 0, False, False
-    while i < len(words) and (words[i] in KEYWORDS or re.match(r"[A-Za-z_]\w*\+?=", words[i])):
-        i += 1
-    while i < len(words) and (name := program_name(words[i])) in WRAPPERS:
+    i, xargs, replace = 0, False, None  # replace: xargs -I R, where R is
+    while i < len(words) and (words[i] in KEYWORDS or (name := program_name(words[i])) in WRAPPERS
+                              or re.match(r"[A-Za-z_]\w*\+?=", words[i])):  # after `time` too: time ! cmd
+        if words[i] in KEYWORDS or name not in WRAPPERS:
+            i += 1
+            continue
         options, i = split_options(words, i + 1, *WRAPPERS[name])
         if name == "command" and has_flag(options, "vV"):
             return []  # `command -v rm` only asks where rm is
@@ -238,20 +245,21 @@ def unwrap(words: list) -> list:
         while name == "env" and i < len(words) and ("=" in words[i] or words[i] == "-"):
             i += 1  # env's own NAME=value, and - (the same as -i)
         i += name == "timeout"  # the duration
-        xargs, replaced = xargs or name == "xargs", replaced or name == "xargs" and has_flag(options, "Ii", "--replace")
-    if xargs and i < len(words):  # the input adds arguments, and with -I it can replace any of them
-        return [words[i], *(word + "\0" * replaced for word in words[i + 1:]), "\0(input)"]
+        if name == "xargs":  # the input adds arguments; with -I R (-i: {}) it replaces R wherever R is
+            xargs, replace = True, re.search(r"-I ?(\S+)|-i|--replace", " ".join(options))
+    if xargs and i < len(words):
+        return [word + "\0" * bool(replace and (replace[1] or "{}") in word) for word in words[i:]] + ["\0(input)"]
     return words[i:]
 
 
 def split_options(words: list, start: int, short_values: str, long_values: list) -> tuple:
     """A wrapper's options from `start`, and where its command begins: `-n5`, `-n 5`, `--sig KILL`, `--sig=KILL`."""
     i = start
-    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+    while i < len(words) and words[i][:1] in ("-", "+") and words[i] != "-":  # bash +e -c ...
         option, i = words[i], i + 1
         if option == "--":
             break
-        short = short_values and re.fullmatch(f"-[^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
+        short = short_values and re.fullmatch(f"[-+][^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
         i += bool(short) or option[:2] == "--" and "=" not in option and any(n.startswith(option) for n in long_values)
     return words[start:i], i
 
@@ -274,19 +282,20 @@ def program_name(word: str) -> str:
 
 
 def unreadable(word: str) -> bool:
-    """Is this word only known at run time? A NUL marks $X, $(...) and the like; globs and braces expand."""
-    return "\0" in word or "*" in word or "?" in word or "]" in word.partition("[")[2] or bool(BRACES.search(word))
+    """Is this word only known at run time? A NUL marks $X and $(...); globs, {a,b} and a {} placeholder too."""
+    return bool(re.search(r"[\0*?]|\{}", word)) or "]" in word.partition("[")[2] or bool(BRACES.search(word))
 
 
-INSIDE, WORKSPACE, OUTSIDE = "files in the workspace", "the whole workspace", "files outside the workspace"
-SYSTEM, UNKNOWN = "system files", "files only known at run time"  # the rules below ask place() where arguments lead
+PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where place() says an argument leads, harmless first
+    "inside", "the whole workspace", "files outside the workspace", "files known only at run time", "system files")
 
 
 def place(word: str) -> str:
     """Where an argument leads, resolved like safe_path resolves; a last part `*` or `.*` counts as its folder."""
     text, workspace = os.path.expanduser(word), os.path.realpath(WORKDIR)
-    if BRACES.search(text):  # {a,b} expands: judge the folder before it, and know nothing if it starts the word
-        text = text[:BRACES.search(text).start()] or "\0"
+    if braces := BRACES.search(text):  # {a,b}: the worst of the words it expands to (two braces: unknown)
+        words = [text[:braces.start()] + one + text[braces.end():] for one in braces[0][1:-1].split(",")]
+        return UNKNOWN if BRACES.search(text, braces.end()) else max(map(place, words), key=PLACES.index)
     folder, slash, last = text.rpartition("/")
     if "\0" in text or text[:1] == "~":
         return UNKNOWN
@@ -298,11 +307,8 @@ def place(word: str) -> str:
 
 def check_writes(targets: list) -> str | None:
     """Why writing these must not happen: devices and system files. /dev/stderr and the like count as written."""
-    for target in dict.fromkeys(targets):  # each once
-        as_written = os.path.normpath(target) in HARMLESS_DEVICES or re.fullmatch(r"/dev/fd/[0-9]+", target)
-        if not as_written and place(target) == SYSTEM:
-            return f"writes to {target}, a device or system file"
-    return None
+    return next((f"writes to {t}, a device or system file" for t in dict.fromkeys(targets) if place(t) == SYSTEM
+                 and os.path.normpath(t) not in HARMLESS_DEVICES and not re.fullmatch(r"/dev/fd/[0-9]+", t)), None)
 
 
 def check_rm(args: list) -> str | None:
@@ -318,18 +324,10 @@ def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the fir
     return None
 
 
-def check_find(args: list) -> str | None:  # the start folders come before the expression (-name, -delete, (, !)
-    starts = [a for a in itertools.takewhile(lambda a: not re.match(r"-[a-z]|[(!]", a), args) if a[:1] != "-"] or ["."]
-    if {"-delete", *FIND_RUNS} & set(args) and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts)):
-        return f"find {' '.join(starts)} deletes or runs commands on files outside the workspace"
-    return None
-
-
 def destination(args: list) -> list:  # cp, mv, ln, install: -t DIR, --target-directory=DIR, or the last operand
-    for i, arg in enumerate(args):
-        if match := re.fullmatch(r"(--t[a-z-]*=?|-[A-Za-z]*?t)(.*)", arg):
-            return [match[2] or "".join(args[i + 1:i + 2])]
-    return operands(args)[-1:]
+    given = [m[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args)
+             if (m := re.fullmatch(r"(--t[a-z-]*=?|-[A-Za-z]*?t)(.*)", arg))]
+    return given[:1] or operands(args)[-1:]
 
 
 RULES = {  # program -> a function of its arguments that says why not, or None
@@ -349,11 +347,11 @@ RULES = {  # program -> a function of its arguments that says why not, or None
 # Reading bash: the machinery under check_command, safe to skip on a first reading. All the rules need is
 # that parse("echo ok; sudo ls")[0] is a list of two simple commands.
 
-UNQUOTED = re.compile(r"""(?P<blank>[ \t]+|\(\([^()$`'"\\]*\)\)) | (?P<comment>\#) | (?P<descriptor>[0-9]+(?=[<>]))
-    | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'? | \\(?P<escape>.?) | (?P<quote>")
+UNQUOTED = re.compile(r"""(?P<blank>[ \t]+|\(\([^()$`'"\\]*\)\)) | (?P<comment>\#) | (?P<quote>") | \\(?P<escape>.?)
+    | (?P<descriptor>[0-9]+(?=(?:\\\n)*[<>])) | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'?
     | (?P<unread>`|(?<!=)\([ \t]*\)|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\)
                     | \$\{[^}$`'"\\]*\} | \$'(?:[^'\\]|\\.)*'? | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
-    | (?P<substitution>\$\(|[<>]\() | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\.)+))
+    | (?P<substitution>\$\(|[<>]\() | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\\S)+))
     | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
 QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>")
     | (?P<unread>`|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\) | \$\{[^}$`'"\\]*\}
@@ -383,7 +381,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
     def end_command():
         end_word()
         if command["words"] or command["redirects"]:
-            found.append(dict(command))  # the same redirects list: a heredoc's body joins it at the end of the line
+            found.append(dict(command))
         command.update(words=[], redirects=[])
 
     while i < len(script):
@@ -412,17 +410,20 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             end_word()
             name = shlex.split(token["delimiter"])[0]  # quoted in any way, nothing in the body runs
             tabs = "\t*" if text.startswith("<<-") else ""
-            heredocs.append((command["redirects"], tabs + re.escape(name), name == token["delimiter"]))
+            command["redirects"].append(heredoc := ["<<", ""])  # in its place among the redirects: the last one wins
+            heredocs.append((heredoc, tabs + re.escape(name), name == token["delimiter"]))
         elif kind == "newline":
             end_command()
-            for redirects, delimiter, expands in heredocs:
+            for heredoc, delimiter, expands in heredocs:
                 end = re.compile(f"^{delimiter}$", re.MULTILINE).search(script, i)
                 body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
                 if expands and re.search(r"\$\(|`", body):  # they would run: quote the delimiter
                     raise ValueError("the heredoc runs $(...) or `...`; write <<'EOF' if it should not")
-                redirects.append(("<<", "\0" * (expands and "$" in body) + body))
+                heredoc[1] = "\0" * (expands and "$" in body) + body
             heredocs.clear()
-        elif nested and text == ")" and parens == 0 and not heredocs:
+        elif nested and text == ")" and parens == 0:
+            if heredocs:  # its body would start on the next line, after this $(...) is over
+                raise ValueError("a heredoc that starts inside $(...) has to end there too")
             end_command()
             return found, i
         elif text in (";", ";;", "&", "&&", "|", "|&", "||", "(", ")"):
