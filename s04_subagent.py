@@ -173,8 +173,8 @@ REFUSED_PROGRAMS = {
 }
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "trap", "source", "."}  # run shell code
 INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "rBRE"}  # -> letters of inline code
-STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|popen|Popen|Open3|\w*spawn\w*|\w*exec[lv]?p?e?"
-                             r"|execSync|execFile\w*|fork\w*|\w*subprocess\w*|child_process|pty|qx|readpipe)\b|`|%x")
+STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|\w*[Pp]open|Open3|readpipe|\w*spawn\w*|fork\w*"
+                             r"|pty|\w*exec(?:[lv]?p?e?|Sync|File\w*)|\w*subprocess\w*|child_process|qx)\b|`|%x[({\[]")
 WRAPPERS = {  # they run the command after their options: {name: (short options that take a value, long ones)}
     "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "time": ("fo", ["--format", "--output"]),
     "nice": ("n", ["--adjustment"]), "timeout": ("sk", ["--signal", "--kill-after"]), "exec": ("a", []),
@@ -231,8 +231,8 @@ def check_code(program: str, args: list, simple: dict, depth: int) -> str | None
     stdin = [(op.lstrip("0"), t) for op, t in simple["redirects"] if op.lstrip("0") in ("<", "<<", "<<<")][-1:]
     if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
         codes = [" ".join(args[args[:1] == ["--"]:])]
-    elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options end at the first operand
-        options, start = split_options(args, 0, "oO", ["--rcfile", "--init-file"])
+    elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options (+e too) end at the first operand
+        options, start = split_options([re.sub(r"^\+", "-", arg) for arg in args], 0, "oO", ["--rcfile", "--init-file"])
         script = [] if has_flag(options, "s") else args[start:start + 1]  # -s: the code comes from stdin
         codes = args[start:] if has_flag(options, "c") else []  # every operand is judged as code, to be safe
     else:  # python -c CODE, -cCODE, perl -e CODE, node -pe CODE (letters alone take the next word), --eval=CODE
@@ -271,7 +271,7 @@ def unwrap(words: list) -> list:
             i += 1  # env's own NAME=value, and - (the same as -i)
         i += name == "timeout"  # the duration
         if name == "xargs":  # the input adds arguments; with -I R (-i: {}) it replaces R wherever R is
-            xargs, replace = True, re.search(r"-I ?(\S+)|-i|--replace", " ".join(options))
+            xargs, replace = True, re.search(r"(?:(?:^| )-[^\s-]*?(?:I ?|i)|--rep[a-z]*=?)(\S*)", " ".join(options))
     if xargs and i < len(words):
         return [word + "\0" * bool(replace and (replace[1] or "{}") in word) for word in words[i:]] + ["\0(input)"]
     return words[i:]
@@ -280,11 +280,11 @@ def unwrap(words: list) -> list:
 def split_options(words: list, start: int, short_values: str, long_values: list) -> tuple:
     """A wrapper's options from `start`, and where its command begins: `-n5`, `-n 5`, `--sig KILL`, `--sig=KILL`."""
     i = start
-    while i < len(words) and words[i][:1] in ("-", "+") and words[i] != "-":  # bash +e -c ...
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
         option, i = words[i], i + 1
         if option == "--":
             break
-        short = short_values and re.fullmatch(f"[-+][^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
+        short = short_values and re.fullmatch(f"-[^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
         i += bool(short) or option[:2] == "--" and "=" not in option and any(n.startswith(option) for n in long_values)
     return words[start:i], i
 
@@ -320,7 +320,8 @@ def place(word: str) -> str:
     text, workspace = os.path.expanduser(word), os.path.realpath(WORKDIR)
     if braces := BRACES.search(text):  # {a,b}: the worst of the words it expands to (two braces: unknown)
         words = [text[:braces.start()] + one + text[braces.end():] for one in braces[0][1:-1].split(",")]
-        return UNKNOWN if BRACES.search(text, braces.end()) else max(map(place, words), key=PLACES.index)
+        return UNKNOWN if "{" in text[:braces.start()] + text[braces.end():] or "," not in braces[0] else max(
+            map(place, words), key=PLACES.index)
     folder, slash, last = text.rpartition("/")
     if "\0" in text or text[:1] == "~":
         return UNKNOWN
@@ -342,8 +343,9 @@ def check_rm(args: list) -> str | None:
                  if (where := place(target)) == SYSTEM or where != INSIDE and recursive), None)
 
 
-def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the first operand is the mode or the owner
-    mode_or_owner, *paths = [place(operand) for operand in dict.fromkeys(operands(args))] or [None]
+def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the first operand is the mode or the owner,
+    given = any(re.fullmatch(r"-[rwxXst]+|--ref.*", arg) for arg in args)  # unless an option gives it: -w, --reference
+    mode_or_owner, *paths = [None] * given + [place(operand) for operand in dict.fromkeys(operands(args))] or [None]
     if has_flag(args, "R", "--recursive") and (mode_or_owner == SYSTEM or {SYSTEM, UNKNOWN} & set(paths)):
         return "changes owners or modes recursively in a system folder, or where the filter cannot tell"
     return None
@@ -374,7 +376,7 @@ RULES = {  # program -> a function of its arguments that says why not, or None
 
 UNQUOTED = re.compile(r"""(?P<blank>[ \t]+|\(\([^()$`'"\\]*\)\)) | (?P<comment>\#) | (?P<quote>") | \\(?P<escape>.?)
     | (?P<descriptor>[0-9]+(?=(?:\\\n)*[<>])) | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'?
-    | (?P<unread>`|(?<!=)\([ \t]*\)|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\)
+    | (?P<unread>`|(?<!=)\((?:[ \t]|\\\n)*\)|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\)
                     | \$\{[^}$`'"\\]*\} | \$'(?:[^'\\]|\\.)*'? | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
     | (?P<substitution>\$\(|[<>]\() | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\\S)+))
     | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
@@ -414,9 +416,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
         kind, text, i = token.lastgroup, token[token.lastgroup], token.end()
         if kind == "escape" and text == "\n":  # a backslash before a newline: the line goes on
             continue
-        if kind == "comment" and word:  # inside a word, # is a letter: "a"#b
-            kind = "plain"
-        if kind in ("plain", "single", "escape", "quote") or kind == "descriptor" and word:
+        if kind in ("plain", "single", "escape", "quote") or kind in ("comment", "descriptor") and word:  # "a"#b
             word.append("" if kind == "quote" else text)  # "" is a word too
             quoted ^= kind == "quote"
         elif kind == "expansion":
@@ -435,7 +435,7 @@ def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tupl
             end_word()
             name = shlex.split(token["delimiter"])[0]  # quoted in any way, nothing in the body runs
             tabs = "\t*" if text.startswith("<<-") else ""
-            command["redirects"].append(heredoc := ["<<", ""])  # in its place among the redirects: the last one wins
+            command["redirects"].append(heredoc := [descriptor + "<<", ""])  # in its place: the last stdin wins
             heredocs.append((heredoc, tabs + re.escape(name), name == token["delimiter"]))
         elif kind == "newline":
             end_command()
