@@ -2,20 +2,29 @@
 """s03_safety.py - fences around the tools.
 
     tool_use --> file tools --> safe_path(path) ---- outside WORKDIR? --> refused
-             |
+             |                  check_door(file) --- runs later, or a .env? --> refused
              +-> bash ------> check_command(cmd) -- dangerous, or unreadable? --> refused, not run
                                    |
-                              run_bash: bash inside the wall (bubblewrap: all read-only but
-                              WORKDIR, private /tmp, own PID namespace, no capabilities);
-                              own process group, no stdin, no secrets, output capped,
-                              time limit; everything it started is killed when the call ends
+                              run_bash: bash inside the wall (bubblewrap): the system read-only,
+                              WORKDIR writable but for what runs later, home hidden, network
+                              off, own /tmp, PID, IPC and user namespaces, no capabilities, limits
+                              on processes, memory and file size; no stdin, no secrets in its
+                              environment, output capped, time limit; nothing outlives the call
 
 Key insight: a model with a shell and a file system needs fences, and the
 real boundary is the operating system: the wall decides what a command can
-touch. The command filter is a speed bump that explains: it refuses the
-usual dangerous commands, and what it cannot read, with a reason the model
-can act on.
+touch, read and reach. The command filter is a speed bump that explains: it
+refuses the usual dangerous commands, and what it cannot read, with a reason
+the model can act on.
 """
+
+import sys
+
+# The wall leaves the workspace writable, and Python imports from a script's own folder first:
+# started in its own folder, the stage drops it, so that a module planted there (a dotenv.py,
+# say) cannot run at the next start, outside the wall.
+if __name__ == "__main__" and not sys.flags.safe_path:
+    del sys.path[0]
 
 import contextlib
 import functools
@@ -25,15 +34,15 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import anthropic
-from dotenv import load_dotenv
+from dotenv import find_dotenv, load_dotenv
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 MAX_TOKENS = 8000
@@ -109,9 +118,10 @@ def valid_utf8(text: str) -> str:
 
 
 def system_prompt() -> str:
+    network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
     return valid_utf8(
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        "and change files, then answer briefly."
+        f"and change files, then answer briefly. Commands run in a sandbox; the network is {network}."
     )
 
 
@@ -137,318 +147,350 @@ def safe_path(path: str) -> Path:
 
 
 # -- fence 2: a speed bump that explains -----------------------------------------
-# check_command judges a command line's words as bash reads them, never substrings (`grep -rn sudo .` is fine).
-# It refuses the usual dangerous commands, and what it cannot read, with a reason. The wall (fence 3) is the boundary.
+# check_command splits a command line into words as Python's shlex does and judges each simple
+# command by its program and arguments: words, never substrings, so `grep -rn sudo .` is fine.
+# What it cannot read it refuses, saying what to write instead. The wall (fence 3) is the boundary.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
-    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff", "kexec"], "powers off or restarts the machine"),
-    **dict.fromkeys(["wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "gdisk", "sgdisk", "blkdiscard", "mkswap"],
-                    "erases or repartitions a disk"), "killall5": "kills every process",
+    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
+    **dict.fromkeys(["mkfs", "mkswap", "wipefs", "fdisk", "parted", "shred"], "erases a disk"),
+    "function": "defines a function (a fork bomb is one); write a script file instead",
+    "alias": "defines an alias, which hides what a later command runs; write commands out",
 }
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "eval", "trap", "source", "."}  # run shell code
-INTERPRETERS = {"python": "c", "node": "ep", "perl": "eE", "ruby": "e", "php": "rBRE"}  # -> letters of inline code
-STARTS_PROGRAMS = re.compile(r"\b(system|passthru|shell_exec|proc_open|\w*[Pp]open|Open3|readpipe|\w*spawn\w*|fork\w*"
-                             r"|pty|\w*exec(?:[lv]?p?e?|Sync|File\w*)|\w*subprocess\w*|child_process|qx)\b|`|%x[({\[]")
-WRAPPERS = {  # they run the command after their options: {name: (short options that take a value, long ones)}
-    "env": ("uCS", ["--unset", "--chdir", "--split-string"]), "time": ("fo", ["--format", "--output"]),
-    "nice": ("n", ["--adjustment"]), "timeout": ("sk", ["--signal", "--kill-after"]), "exec": ("a", []),
-    "stdbuf": ("ioe", ["--input", "--output", "--error"]),
-    "xargs": ("aEdIsLnP", ["--arg-file", "--delimiter", "--max-chars", "--max-args", "--max-procs"]),
-    **dict.fromkeys(["nohup", "setsid", "command", "builtin", "busybox"], ("", [])),
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}
+INTERPRETERS = ("python", "node", "perl", "ruby", "php", "awk")  # python3.12 and nodejs too
+STARTS_PROGRAMS = re.compile(r"\b(system|passthru|readpipe|fork|\w*popen|\w*spawn\w*|\w*exec\w*"
+                             r"|subprocess|child_process)\b")
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "coproc"}
+WRAPPERS = {  # they run the command after their options -> the options that take a value
+    "env": {"-u"}, "time": {"-f", "-o"}, "nice": {"-n"}, "timeout": {"-s", "-k"}, "exec": {"-a"},
+    "xargs": {"-I", "-n", "-P", "-L", "-d"}, "nohup": set(), "setsid": set(),
+    "command": {"-v", "-V"},  # `command -v NAME` only asks where NAME is: it takes NAME as a value
 }
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
-FIND_RUNS = {"-exec", "-execdir", "-ok", "-okdir"}  # find runs the command that follows, up to ; or +
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "opt", "proc", "root", "sbin", "sys",
-               "usr", "var", "private", "Users", "System", "Library"}  # the folders in / that belong to the system
-HARMLESS_DEVICES = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
-BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")  # {a,b} and {1..3} expand; {} alone does not
-STDIN = ("-", "/dev/stdin", "/dev/fd/0")  # names for standard input
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "opt", "proc", "root", "sbin", "sys",
+               "usr", "var", "Users", "System", "Library"}
+DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/2"}
+MAX_LENGTH = 10_000  # characters: a longer command belongs in a file
 MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
 
 
 def check_command(command: str, depth: int = 0) -> str | None:
     """Why this command line must not run, or None. A pure function: it never runs anything."""
+    if len(command) > MAX_LENGTH:
+        return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
+    if depth > MAX_DEPTH:
+        return f"it nests shells, evals or $(...) more than {MAX_DEPTH} levels deep"
     try:
-        for simple in parse(command, depth)[0]:
-            reason = check_writes([t for op, t in simple["redirects"] if ">" in op]) or check_words(simple, depth)
+        for words, writes in split_commands(command):
+            reason = check_writes(writes) or check_words(unwrap(words), depth)
             if reason:
-                return reason.replace("\0", "")  # a NUL marks an expansion (see parse): show none
-    except (ValueError, RecursionError) as unreadable:  # RecursionError: a long chain of symlinks
-        return f"the filter cannot read this command: {unreadable}".replace("\0", "")
+                return reason
+    except ValueError as unreadable:
+        return f"the filter cannot read this command: {unreadable}"
     return None
 
 
-def check_words(simple: dict, depth: int) -> str | None:
-    """Judge one simple command by its program and arguments."""
-    name, *args = unwrap(simple["words"]) or [""]  # [""]: nothing runs (VAR=value alone, `command -v rm`)
-    if unreadable(name):
-        raise ValueError(f"the program name {name} is only known when the command runs; write it out")
-    program = program_name(name)
-    if program in REFUSED_PROGRAMS:
-        return f"{program} {REFUSED_PROGRAMS[program]}"
-    if program.startswith(("mkfs", "mke2fs")):
-        return f"{program} formats a disk"
-    if program in SHELLS or program in INTERPRETERS:
-        return check_code(program, args, simple, depth)
-    if program == "find":  # its start folders come before the expression (-name, -delete, (, !)
-        starts = [a for a in itertools.takewhile(lambda a: not re.match(r"-[a-z]|[(!]", a), args) if a[:1] != "-"]
-        if {"-delete", *FIND_RUNS} & set(args) and {OUTSIDE, SYSTEM, UNKNOWN} & set(map(place, starts or ["."])):
-            return f"find {' '.join(starts)} deletes or runs commands on files outside the workspace"
-        commands = " ".join(";" if arg in {*FIND_RUNS, ";", "+"} else shlex.quote(arg) for arg in args)  # -exec CMD ;
-        return check_command(f"true {commands}", depth + 1)  # find's own words, after true, run nothing
+def check_words(words: list, depth: int) -> str | None:
+    """Judge one simple command by its program, and by the rule for that program if there is one."""
+    if not words:
+        return None
+    program, args = words[0].rsplit("/", 1)[-1].lower(), words[1:]
+    if "$" in program or "{" in program:
+        raise ValueError(f"the program {program} is only known when it runs; write it out")
+    if program in REFUSED_PROGRAMS or program.startswith("mkfs."):
+        return f"{program} {REFUSED_PROGRAMS.get(program, 'formats a disk')}"
+    if program in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
+        return check_command(" ".join(operands(args)), depth + 1)
+    if program in SHELLS or program.startswith(INTERPRETERS):
+        return check_code(program, args, depth)
     return RULES[program](args) if program in RULES else None
 
 
-def check_code(program: str, args: list, simple: dict, depth: int) -> str | None:
-    """A shell, eval, trap, source or an interpreter runs code: judge it, or refuse what it cannot read."""
-    script = operands(args)[:1]  # and stdin: the last of < FILE, << HEREDOC, <<< STRING (0< too)
-    stdin = [(op.lstrip("0"), t) for op, t in simple["redirects"] if op.lstrip("0") in ("<", "<<", "<<<")][-1:]
-    if program in ("eval", "trap"):  # trap CODE SIGNALS: the signal names are judged as words of the code
-        codes = [" ".join(args[args[:1] == ["--"]:])]
-    elif program in SHELLS:  # bash -o pipefail -c CODE NAME ARGS: its options (+e too) end at the first operand
-        options, start = split_options([re.sub(r"^\+", "-", arg) for arg in args], 0, "oO", ["--rcfile", "--init-file"])
-        script = [] if has_flag(options, "s") else args[start:start + 1]  # -s: the code comes from stdin
-        codes = args[start:] if has_flag(options, "c") else []  # every operand is judged as code, to be safe
-    else:  # python -c CODE, -cCODE, perl -e CODE, node -pe CODE (letters alone take the next word), --eval=CODE
-        codes = [match[1] or match[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args) if (match := re.fullmatch(
-            rf"-[a-zA-Z]*?[{INTERPRETERS[program]}](?![a-zA-Z]+$)(.*)|--(?:eval|print)=?(.*)", arg, re.DOTALL))]
-    script = [a for a in script if a not in STDIN] or [t for op, t in stdin if op == "<" and t not in STDIN]
-    if not codes and (script or program == "python" and has_flag(args, "m")
-                      or {"--version", "--help", "-V"} & set(args[:1])):  # a script (bash < x too), or it exits
-        if script and unreadable(script[0]):
-            raise ValueError(f"{program} runs {script[0]}, which is only known when the command runs")
-        return None
-    if not codes and not [op for op, _ in stdin if op != "<"]:
-        raise ValueError(f"{program} reads its code from a pipe or stdin, which the filter cannot see")
-    code = "\n".join(codes) or "".join(t for op, t in stdin if op != "<")  # a heredoc or a <<< string
-    if "\0" in code:
-        raise ValueError(f"{program} runs code that is only known when the command runs")
-    if program in INTERPRETERS and (starts := STARTS_PROGRAMS.search(code)):
-        raise ValueError(f"{program}'s inline code starts other programs ({starts[0]}); run them with bash")
-    return check_command(code, depth + 1) if program in SHELLS else None
+def check_code(program: str, args: list, depth: int) -> str | None:
+    """A shell or an interpreter runs code: judge the code on its command line. Code it would read
+    from standard input (a pipe, a heredoc, <(...)) the filter cannot see, so that is refused."""
+    options = [arg for arg in args if arg[:1] in "-+" and arg != "--"]
+    code = operands(args)  # inline code, or a script and its arguments
+    with_c = [option for option in options if "c" in option and option[1:2] != "-"]
+    if program in SHELLS and with_c:  # bash -o pipefail -c CODE NAME ARGS: the operand after -c
+        after = operands(args[args.index(with_c[0]) + 1:])
+        return check_command(after[0], depth + 1) if after else None
+    found = STARTS_PROGRAMS.search(" ".join(args)) if program not in SHELLS else None
+    if found:
+        return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
+    if code[:1] and code[0].startswith("$"):
+        raise ValueError(f"{program} runs {code[0]}, which is only known when it runs")
+    stdin = code[:1] in (["-"], ["/dev/stdin"]) or program in SHELLS and "-s" in options
+    if stdin or not code and not options:  # (an option and no code: node -v, bash --version)
+        return (f"{program} reads its code from standard input, which the filter cannot see; write "
+                "the code to a file with write_file, then run the file")
+    return None  # a script file, or inline code that starts no other program
 
 
 def unwrap(words: list) -> list:
-    """Strip what only runs the real command: VAR=value, keywords, and wrappers with their options."""
-    i, xargs, replace = 0, False, None  # replace: xargs -I R, where R is
-    while i < len(words) and (words[i] in KEYWORDS or (name := program_name(words[i])) in WRAPPERS
-                              or re.match(r"[A-Za-z_]\w*\+?=", words[i])):  # after `time` too: time ! cmd
-        if words[i] in KEYWORDS or name not in WRAPPERS:
-            i += 1
-            continue
-        options, i = split_options(words, i + 1, *WRAPPERS[name])
-        if name == "command" and has_flag(options, "vV"):
-            return []  # `command -v rm` only asks where rm is
-        if name == "env" and has_flag(options, "S", "--split-string"):
-            raise ValueError("env -S builds the command from one string; write the command out")
-        while name == "env" and i < len(words) and ("=" in words[i] or words[i] == "-"):
-            i += 1  # env's own NAME=value, and - (the same as -i)
-        i += name == "timeout"  # the duration
-        if name == "xargs":  # the input adds arguments; with -I R (-i: {}) it replaces R wherever R is
-            xargs, replace = True, re.search(r"(?:(?:^| )-[^\s-]*?(?:I ?|i)|--rep[a-z]*=?)(\S*)", " ".join(options))
-    if xargs and i < len(words):
-        return [word + "\0" * bool(replace and (replace[1] or "{}") in word) for word in words[i:]] + ["\0(input)"]
+    """The command that really runs, without VAR=value, keywords, and wrappers and their options."""
+    i = 0
+    while i < len(words) and (words[i] in KEYWORDS or words[i] in WRAPPERS
+                              or re.match(r"[A-Za-z_]\w*=", words[i])):
+        wrapper, i = words[i], i + 1
+        while wrapper in WRAPPERS and i < len(words) and words[i][:1] == "-":
+            i += 2 if words[i] in WRAPPERS[wrapper] else 1  # an option that takes a value
+        if wrapper == "timeout":
+            i += 1  # the duration
+        if wrapper == "xargs":  # its input adds arguments, known only at run time
+            return unwrap(words[i:] or ["echo"]) + ["$input"]
     return words[i:]
 
 
-def split_options(words: list, start: int, short_values: str, long_values: list) -> tuple:
-    """A wrapper's options from `start`, and where its command begins: `-n5`, `-n 5`, `--sig KILL`, `--sig=KILL`."""
-    i = start
-    while i < len(words) and words[i].startswith("-") and words[i] != "-":
-        option, i = words[i], i + 1
-        if option == "--":
-            break
-        short = short_values and re.fullmatch(f"-[^-{short_values}]*[{short_values}]", option)  # -n 5, not -n5
-        i += bool(short) or option[:2] == "--" and "=" not in option and any(n.startswith(option) for n in long_values)
-    return words[start:i], i
-
-
 def operands(args: list) -> list:
-    """The arguments that are not options (-rf, --force), which GNU allows in any order; `--` ends options."""
+    """The arguments that are not options (-rf, --force); after `--`, all of them."""
     cut = args.index("--") if "--" in args else len(args)
     return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
 
 
-def has_flag(args: list, letters: str, long: str = "") -> bool:
-    """Is one of these short letters in a cluster (-rf), or `long` spelled out or shortened (--recu)?"""
-    return any(long.startswith(arg.split("=")[0]) if arg.startswith("--") and len(arg) > 2
-               else arg[:1] == "-" and any(letter in arg[1:] for letter in letters) for arg in args)
-
-
-def program_name(word: str) -> str:
-    """`/usr/bin/../bin/RM` is rm (file systems may ignore case), `python3.12` is python."""
-    return re.sub(r"^(python|pypy)[0-9.]*$", "python", word.rsplit("/", 1)[-1].lower())
-
-
-def unreadable(word: str) -> bool:
-    """Is this word only known at run time? A NUL marks $X and $(...); globs, {a,b} and a {} placeholder too."""
-    return bool(re.search(r"[\0*?]|\{}", word)) or "]" in word.partition("[")[2] or bool(BRACES.search(word))
-
-
-PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where place() says an argument leads, harmless first
-    "inside", "the whole workspace", "files outside the workspace", "files known only at run time", "system files")
+PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where a path leads, harmless first
+    "inside", "the whole workspace", "files outside the workspace", "files known only at run time",
+    "system files")
 
 
 def place(word: str) -> str:
-    """Where an argument leads, resolved like safe_path resolves; a last part `*` or `.*` counts as its folder."""
-    text, workspace = os.path.expanduser(word), os.path.realpath(WORKDIR)
-    if braces := BRACES.search(text):  # {a,b}: the worst of the words it expands to (two braces: unknown)
-        words = [text[:braces.start()] + one + text[braces.end():] for one in braces[0][1:-1].split(",")]
-        return UNKNOWN if "{" in text[:braces.start()] + text[braces.end():] or "," not in braces[0] else max(
-            map(place, words), key=PLACES.index)
-    folder, slash, last = text.rpartition("/")
-    if "\0" in text or text[:1] == "~":
+    """Where a path argument leads, from its spelling alone (links on disk are the wall's business).
+    A last part `*` or `.*` stands for its folder; {a,b} for the worse of a and b."""
+    word = os.path.expanduser(word)
+    before, brace, rest = word.partition("{")
+    inside, _, after = rest.partition("}")
+    if brace and "," in inside and "{" not in after and inside.count(",") < 50:
+        return max((place(before + part + after) for part in inside.split(",")), key=PLACES.index)
+    if brace and "," in inside or any(char in word for char in "$`") or word.startswith("~"):
         return UNKNOWN
-    path = os.path.realpath(os.path.join(workspace, folder or slash or "." if last in ("*", ".*") else text))
-    if os.path.commonpath([path, workspace]) == workspace:
-        return WORKSPACE if path == workspace else INSIDE
+    folder, _, last = word.rpartition("/")
+    workspace = os.path.normpath(WORKDIR)
+    path = os.path.normpath(os.path.join(workspace, folder + "/" if last in ("*", ".*") else word))
+    if path == workspace:
+        return WORKSPACE
+    if path.startswith(workspace + "/"):
+        return INSIDE
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 
 def check_writes(targets: list) -> str | None:
-    """Why writing these must not happen: devices and system files. /dev/stderr and the like count as written."""
-    return next((f"writes to {t}, a device or system file" for t in dict.fromkeys(targets) if place(t) == SYSTEM
-                 and os.path.normpath(t) not in HARMLESS_DEVICES and not re.fullmatch(r"/dev/fd/[0-9]+", t)), None)
-
-
-def check_rm(args: list) -> str | None:
-    recursive, targets = has_flag(args, "rR", "--recursive"), dict.fromkeys(operands(args))  # each target once
-    return next((f"rm {target} deletes {where}" for target in targets
-                 if (where := place(target)) == SYSTEM or where != INSIDE and recursive), None)
-
-
-def check_mode_change(args: list) -> str | None:  # chmod, chown, chgrp; the first operand is the mode or the owner,
-    given = any(re.fullmatch(r"-[rwxXst]+|--ref.*", arg) for arg in args)  # unless an option gives it: -w, --reference
-    mode_or_owner, *paths = [None] * given + [place(operand) for operand in dict.fromkeys(operands(args))] or [None]
-    if has_flag(args, "R", "--recursive") and (mode_or_owner == SYSTEM or {SYSTEM, UNKNOWN} & set(paths)):
-        return "changes owners or modes recursively in a system folder, or where the filter cannot tell"
+    """Why writing to these must not happen: devices and system files."""
+    for target in targets:
+        if place(target) == SYSTEM and os.path.normpath(target) not in DEVICES:
+            return f"writes to {target}, a device or system file"
     return None
 
 
-def destination(args: list) -> list:  # cp, mv, ln, install: -t DIR, --target-directory=DIR, or the last operand
-    given = [m[2] or "".join(args[i + 1:i + 2]) for i, arg in enumerate(args)
-             if (m := re.fullmatch(r"(--t[a-z-]*=?|-[A-Za-z]*?t)(.*)", arg))]
-    return given[:1] or operands(args)[-1:]
+def check_rm(args: list) -> str | None:
+    options = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
+    recursive = "r" in options.lower() or any(arg.startswith("--r") for arg in args)
+    for target in operands(args):
+        where = place(target)
+        if where == SYSTEM or recursive and where != INSIDE:
+            return f"rm {target} deletes {where}"
+    return None
+
+
+def check_find(args: list) -> str | None:  # what -exec runs is judged as a command of its own
+    starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args)) or ["."]
+    places = {place(start) for start in starts}
+    if {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args) and places - {INSIDE, WORKSPACE}:
+        return f"find {' '.join(starts)} deletes or runs commands outside the workspace"
+    if args[len(starts):] == ["-delete"] and WORKSPACE in places:
+        return "find -delete with no test deletes the whole workspace; add a test such as -name"
+    return None
+
+
+PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where a path leads, harmless first
+    "inside", "the whole workspace", "files outside the workspace", "files known only at run time",
+    "system files")
+
+
+def place(word: str) -> str:
+    """Where a path argument leads, from its spelling alone (links on disk are the wall's business).
+    A last part `*` or `.*` stands for its folder; {a,b} for the worse of a and b."""
+    word = os.path.expanduser(word)
+    before, brace, rest = word.partition("{")
+    inside, _, after = rest.partition("}")
+    if brace and "," in inside and "{" not in after and inside.count(",") < 50:
+        return max((place(before + part + after) for part in inside.split(",")), key=PLACES.index)
+    if brace and "," in inside or any(char in word for char in "$`") or word.startswith("~"):
+        return UNKNOWN
+    folder, _, last = word.rpartition("/")
+    workspace = os.path.normpath(WORKDIR)
+    path = os.path.normpath(os.path.join(workspace, folder + "/" if last in ("*", ".*") else word))
+    if path == workspace:
+        return WORKSPACE
+    if path.startswith(workspace + "/"):
+        return INSIDE
+    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
+
+
+def check_writes(targets: list) -> str | None:
+    """Why writing to these must not happen: devices and system files."""
+    for target in targets:
+        if place(target) == SYSTEM and os.path.normpath(target) not in DEVICES:
+            return f"writes to {target}, a device or system file"
+    return None
+
+
+def check_rm(args: list) -> str | None:
+    options = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
+    recursive = "r" in options.lower() or any(arg.startswith("--r") for arg in args)
+    for target in operands(args):
+        where = place(target)
+        if where == SYSTEM or recursive and where != INSIDE:
+            return f"rm {target} deletes {where}"
+    return None
+
+
+def check_find(args: list) -> str | None:  # -exec CMD is judged as a command of its own
+    starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args)) or ["."]
+    places = {place(start) for start in starts}
+    if "-delete" in args and (places - {INSIDE, WORKSPACE} or args[len(starts):] == ["-delete"]):
+        return f"find {' '.join(starts)} -delete deletes {max(places, key=PLACES.index)}"
+    return None
+
+
+def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp -R MODE_OR_OWNER PATH...
+    if "-R" in args or "--recursive" in args:
+        return check_rm(["-r", *operands(args)[1:]])
+    return None
 
 
 RULES = {  # program -> a function of its arguments that says why not, or None
-    "rm": check_rm,
-    **dict.fromkeys(["chmod", "chown", "chgrp"], check_mode_change),
-    "kill": lambda args: "kills every process" if "-1" in args[1:] else None,
-    **dict.fromkeys(["pkill", "killall"], lambda args: "kills every process" if {".", ".*", "^"} & set(args) else None),
-    **dict.fromkeys(["init", "telinit"], lambda args: "powers off or reboots" if {"0", "6"} & set(args) else None),
-    "systemctl": lambda args: "powers off the machine" if {"poweroff", "reboot", "halt", "kexec"} & set(args) else None,
-    "dd": lambda args: check_writes([a.removeprefix("of=") for a in args if a.startswith("of=")]),
-    **dict.fromkeys(["tee", "shred", "truncate"], lambda args: check_writes(operands(args))),
-    "mv": lambda args: check_writes(operands(args) + destination(args)),  # the source is gone too
-    **dict.fromkeys(["cp", "ln", "install"], lambda args: check_writes(destination(args))),
+    "rm": check_rm, "find": check_find,
+    **dict.fromkeys(["chmod", "chown", "chgrp"], check_owner_or_mode),
+    "kill": lambda args: "kills every process" if "-1" in [arg.strip() for arg in args] else None,
+    "init": lambda args: "turns the machine off" if {"0", "6"} & set(args) else None,
+    "systemctl": lambda args: check_words([args[-1]] if args else [], 0),
+    "dd": lambda args: check_writes([arg[3:] for arg in args if arg.startswith("of=")]),
+    **dict.fromkeys(["tee", "truncate", "mv"], lambda args: check_writes(operands(args))),
+    **dict.fromkeys(["cp", "ln", "install"], lambda args: check_writes(operands(args)[-1:])),
 }
 
 
-# Reading bash: the machinery under check_command, safe to skip on a first reading. All the rules need is
-# that parse("echo ok; sudo ls")[0] is a list of two simple commands.
+# Reading a command line: the machinery under check_command, safe to skip on a first reading.
+# All the rules need is that split_commands("echo ok; sudo ls") gives two simple commands.
 
-UNQUOTED = re.compile(r"""(?P<blank>[ \t]+|\(\([^()$`'"\\]*\)\)) | (?P<comment>\#) | (?P<quote>") | \\(?P<escape>.?)
-    | (?P<descriptor>[0-9]+(?=(?:\\\n)*[<>])) | (?P<plain>[^ \t\n'"\\$`;&|()<>]+) | '(?P<single>[^']*)'?
-    | (?P<unread>`|(?<!=)\((?:[ \t]|\\\n)*\)|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\)
-                    | \$\{[^}$`'"\\]*\} | \$'(?:[^'\\]|\\.)*'? | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?))
-    | (?P<substitution>\$\(|[<>]\() | (?P<heredoc><<-?[ \t]*(?P<delimiter>(?:[^\s'"\\<>|&;()]+|'[^']*'|"[^"]*"|\\\S)+))
-    | (?P<newline>\n) | (?P<operator>&&|\|\||\|&|;;|&>>?|>>|>\||>&|<<<|<&|<>|[;&|()<>])""", re.VERBOSE | re.DOTALL)
-QUOTED = re.compile(r"""(?P<plain>[^"\\$`]+|\\(?=[^"\\$`\n])) | \\(?P<escape>.?) | (?P<quote>")
-    | (?P<unread>`|\$\{[^}$'"]*['"]|\$\(\([^)$'"]*['"]) | (?P<expansion>\$\(\([^()$`'"\\]*\)\) | \$\{[^}$`'"\\]*\}
-                    | \$(?!\()(?:[A-Za-z_]\w*|[0-9@*#?$!{-]?)) | (?P<substitution>\$\()""", re.VERBOSE | re.DOTALL)
-UNREAD = "backticks, functions, case and quotes inside ${...} or $((...)) are outside the part of bash the filter reads"
+OPERATORS = re.compile(r"<<<|<<|>>|&>>|&>|>&|<&|>\||[<>]\(|&&|\|\||;;|\|&|[;&|()<>\n]")
+REDIRECTS = {"<", "<<<", "<&", ">", ">>", ">|", "&>", "&>>", ">&"}  # a file name follows
+ARITHMETIC = re.compile(r"(?<!\\)\$?\(\([\w \t+\-*/%<>=!,?:^~&|$;\[\]]*\)\)")  # $((1 + $x))
+HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_]\w*)\2(?![\w'\"])")  # <<'EOF'
 
 
-def parse(script: str, depth: int = 0, i: int = 0, nested: bool = False) -> tuple:
-    """The simple commands a script runs, {"words": [...], "redirects": [(operator, target)]}, those in $(...) first,
-    and where it ends (nested: after the ) that closes a $(...)). $X and $(...) stay in their words after a NUL."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"it nests shells, evals or substitutions more than {MAX_DEPTH} levels deep")
-    found, word, heredocs, parens, quoted, descriptor = [], [], [], 0, False, ""
-    command, redirect = {"words": [], "redirects": []}, None
-
-    def end_word():
-        nonlocal redirect
-        if not word:
-            return
-        text = "".join(word)
-        word.clear()
-        if text in ("function", "case") and set(command["words"][-1:]) <= KEYWORDS and not redirect:
-            raise ValueError(UNREAD)
-        command["redirects" if redirect else "words"].append((redirect, text) if redirect else text)
-        redirect = None
-
-    def end_command():
-        end_word()
-        if command["words"] or command["redirects"]:
-            found.append(dict(command))
-        command.update(words=[], redirects=[])
-
-    while i < len(script):
-        token = (QUOTED if quoted else UNQUOTED).match(script, i)
-        kind, text, i = token.lastgroup, token[token.lastgroup], token.end()
-        if kind == "escape" and text == "\n":  # a backslash before a newline: the line goes on
+def split_commands(line: str) -> list:
+    """The simple commands of a command line, each (words, files it writes to). Operators such as
+    ; | && ( ) and newlines separate them; so do { } and find's -exec."""
+    if "$'" in line:
+        raise ValueError("$'...' quotes differ in bash; write the text in plain quotes")
+    line = re.sub(r"`([^`]*)`", r"$(\1)", line.replace("\\\n", ""))  # `...` is $(...); \ joins
+    line = cut_heredocs(ARITHMETIC.sub("0", line))  # arithmetic runs nothing
+    commands, outer, words, writes, redirect = [], [], [], [], None
+    for token in lexer(line):
+        if "$(" in token:  # in quotes: it runs the same
+            commands.append((["eval", token[token.index("$(") + 2:]], []))
+        if token in ("{", "}", "-exec", "-execdir", "-ok", "-okdir"):  # a command starts after it
+            if token.startswith("-"):
+                words.append(token)  # find needs to know that it runs a command
+            commands.append((words, writes))
+            words, writes = [], []
             continue
-        if kind in ("plain", "single", "escape", "quote") or kind in ("comment", "descriptor") and word:  # "a"#b
-            word.append("" if kind == "quote" else text)  # "" is a word too
-            quoted ^= kind == "quote"
-        elif kind == "expansion":
-            word.append("\0" + text)
-        elif kind == "substitution":  # $(...), <(...), >(...): the commands inside run first
-            inner, i = parse(script, depth + 1, i, nested=True)
-            found += inner
-            word.append("\0$(...)")
-        elif kind == "unread":
-            raise ValueError(UNREAD)
-        elif kind in ("blank", "comment", "descriptor"):  # 2 in 2>&1 names a file descriptor of the redirect
-            end_word()
-            descriptor = text if kind == "descriptor" else ""
-            i = re.compile(r"[^\n]*").match(script, i).end() if kind == "comment" else i  # to the end of the line
-        elif kind == "heredoc":  # its body starts on the next line; <<- takes the tabs off its lines
-            end_word()
-            name = shlex.split(token["delimiter"])[0]  # quoted in any way, nothing in the body runs
-            tabs = "\t*" if text.startswith("<<-") else ""
-            command["redirects"].append(heredoc := [descriptor + "<<", ""])  # in its place: the last stdin wins
-            heredocs.append((heredoc, tabs + re.escape(name), name == token["delimiter"]))
-        elif kind == "newline":
-            end_command()
-            for heredoc, delimiter, expands in heredocs:
-                end = re.compile(f"^{delimiter}$", re.MULTILINE).search(script, i)
-                body, i = (script[i:end.start()], end.end() + 1) if end else (script[i:], len(script))
-                if expands and re.search(r"\$\(|`", body):  # they would run: quote the delimiter
-                    raise ValueError("the heredoc runs $(...) or `...`; write <<'EOF' if it should not")
-                heredoc[1] = "\0" * (expands and "$" in body) + body
-            heredocs.clear()
-        elif nested and text == ")" and parens == 0:
-            if heredocs:  # its body would start on the next line, after this $(...) is over
-                raise ValueError("a heredoc that starts inside $(...) has to end there too")
-            end_command()
-            return found, i
-        elif text in (";", ";;", "&", "&&", "|", "|&", "||", "(", ")"):
-            parens += (text == "(") - (text == ")")
-            end_command()
-        else:
-            end_word()
-            redirect, descriptor = descriptor + text, ""
-    end_command()
-    return found, i
+        if token.strip(";&|()<>\n") or not token:  # a word ('' is one too)
+            if not redirect:
+                words.append(token)
+            elif ">" in redirect:
+                writes.append(token)
+            redirect = None
+            continue
+        for op in OPERATORS.findall(token):
+            if op == "<<":
+                raise ValueError("it has a heredoc the filter cannot read; use write_file")
+            if op == "(" and words and not words[-1].endswith(("$", "=")):  # name ( ...
+                raise ValueError(REFUSED_PROGRAMS["function"])
+            if op in REDIRECTS and words and words[-1].isdigit():
+                words.pop()  # the 2 of 2>&1 names a file descriptor
+            if op in REDIRECTS:
+                redirect = op
+            elif op.endswith("("):  # $( ... ), <( ... ): the words around them are one command
+                outer.append((words, writes))
+                words, writes = [], []
+            elif op == ")" and outer:
+                commands.append((words, writes))
+                words, writes = outer.pop()
+            elif words or writes:
+                commands.append((words, writes))
+                words, writes = [], []
+    return [(words, writes) for words, writes in [*commands, (words, writes), *outer] if words or writes]
+
+
+def cut_heredocs(line: str) -> str:
+    """Heredoc bodies are input, not commands: cut each one out, leaving a here-string (<<<) in its
+    place. A << in quotes ends the search: the quoted $(...) around it is read again on its own."""
+    kept, start = [], 0
+    found = HEREDOC.search(line)
+    while found:
+        end_of_line = (line + "\n").index("\n", found.end())
+        try:
+            operators = list(lexer(line[start:end_of_line], comments="#")).count("<<")
+        except ValueError:  # an open quote: the << is inside it
+            break
+        if operators != 1:
+            raise ValueError("it has << in a comment, or two heredocs on one line")
+        tabs = "\t*" if found[1] else ""
+        end = re.compile(f"^{tabs}{found[3]}$", re.MULTILINE).search(line, end_of_line + 1)
+        if not end:
+            raise ValueError(f"the heredoc <<{found[3]} has no end line")
+        if not found[2] and re.search(r"\$\(|`", line[end_of_line:end.start()]):
+            raise ValueError("the heredoc runs $(...) or `...`; write <<'EOF' if it should not")
+        kept.append(line[start:found.start()] + "<<< ''" + line[found.end():end_of_line + 1])
+        start = end.end()
+        found = HEREDOC.search(line, start)
+    return "".join(kept) + line[start:]
+
+
+def lexer(line: str, comments: str = "") -> shlex.shlex:
+    """Words as bash quotes them (shlex, posix); operators and newlines are tokens of their own."""
+    words = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>\n")
+    words.whitespace, words.whitespace_split, words.commenters = " \t", True, comments
+    return words
 
 
 # -- fence 3: the wall: the operating system confines every command --------------
-# With bubblewrap (Linux), every command sees the whole file system read-only except
-# WORKDIR, gets a private /tmp and its own PID namespace (nothing it starts outlives the
-# call; it cannot see or signal the agent) and no capabilities (even root cannot remount
-# / read-write). The network stays on: installing packages and fetching docs need it.
+# With bubblewrap (Linux) a command sees the system read-only and the workspace writable, except
+# RUNS_LATER; the home folder is hidden but for the programs on PATH; the network is off unless
+# NETWORK=on; /tmp and /run are private; it gets its own process, IPC and user namespaces, no
+# capabilities, and LIMITS. When the wall cannot go up, no command runs, unless SANDBOX=off.
 
-WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
+RUNS_LATER = [  # in the workspace, run or read later outside the wall: by git, a shell, this stage
+    ".env", ".envrc", ".git/hooks", ".git/config", ".gitmodules", ".bashrc", ".bash_profile",
+    ".profile", ".zshrc", ".zprofile", ".zshenv", ".vscode", ".idea",
+]
+MAX_PROCESSES = 512
+MAX_MEMORY = 4 * 2**30  # bytes of memory one process may map
+MAX_FILE = 2**30  # bytes one file may reach; /tmp holds no more than this either
+LIMITS = f"ulimit -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024} -f {MAX_FILE // 1024}"  # in KiB
+LIMIT_SIGNS = {  # what a program prints when it meets one of the limits -> the limit
+    "Resource temporarily unavailable": f"{MAX_PROCESSES} processes",
+    "Cannot allocate memory": f"{MAX_MEMORY // 2**30} GiB of memory per process",
+    "MemoryError": f"{MAX_MEMORY // 2**30} GiB of memory per process",
+    "File size limit exceeded": f"{MAX_FILE // 2**30} GiB per file",
+    "No space left on device": f"{MAX_FILE // 2**30} GiB in /tmp",
+}
+WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
+        "--size", str(MAX_FILE), "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent",
+        "--cap-drop", "ALL"]
+NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
+           "set SANDBOX=off to run commands with only the filter in front of them")
 
 
-def wall_problem() -> str | None:
-    """Why commands run without the wall, or None when it is up. SANDBOX=off turns it off."""
-    return "SANDBOX=off" if os.environ.get("SANDBOX", "").lower() == "off" else bwrap_problem()
+def sandbox_off() -> bool:
+    return os.environ.get("SANDBOX", "").lower() == "off"
+
+
+def network_on() -> bool:
+    return os.environ.get("NETWORK", "").lower() == "on"
 
 
 @functools.cache
@@ -461,21 +503,92 @@ def bwrap_problem() -> str | None:
     return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}" if probe.returncode else None
 
 
-def walled(argv: list) -> list:
-    """argv run inside the wall when it is up. WORKDIR is bound after the private /tmp, which may hold it."""
-    workspace = str(WORKDIR.resolve())
-    return argv if wall_problem() else [*WALL, "--bind", workspace, workspace, "--chdir", workspace, "--", *argv]
+def walled(command: str) -> list:
+    """bash running `command` inside the wall. Order matters: each mount covers those before it."""
+    workspace, home = str(WORKDIR.resolve()), os.path.expanduser("~")
+    wall = [*WALL, "--share-net"] if network_on() else [*WALL]
+    wall += ["--tmpfs", home, "--ro-bind-try", f"{home}/.gitconfig", f"{home}/.gitconfig"]
+    for folder in os.environ.get("PATH", "").split(os.pathsep):  # pyenv, nvm, cargo live in home
+        if folder.startswith(home + "/"):
+            top = os.path.join(home, folder[len(home) + 1:].split("/")[0])
+            wall += ["--ro-bind-try", top, top]
+    resolver = os.path.realpath("/etc/resolv.conf")  # under /run on some systems
+    wall += ["--ro-bind-try", resolver, resolver, "--bind", workspace, workspace]
+    for name in RUNS_LATER:
+        wall += ["--ro-bind-try", os.path.join(workspace, name), os.path.join(workspace, name)]
+    for secrets in {find_dotenv(), os.path.join(workspace, ".env")}:  # keys: they read as empty
+        if os.path.isfile(secrets):
+            wall += ["--ro-bind", "/dev/null", secrets]
+    group = process_group()
+    in_group = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', group] if group else []
+    return [*in_group, *wall, "--chdir", workspace, "--", "bash", "-c", f"{LIMITS}\n{command}"]
+
+
+@functools.cache
+def process_group() -> str | None:
+    """A cgroup that holds the command's processes to MAX_PROCESSES, where one can be made. It is
+    there for root, whom `ulimit -u` does not bind; a user without one is bound by the ulimit."""
+    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        group = Path(root, f"agent-{os.getpid()}")
+        try:
+            group.mkdir(exist_ok=True)
+        except OSError:
+            continue
+        try:
+            (group / "pids.max").write_text(str(MAX_PROCESSES))
+            return str(group)
+        except OSError:  # no pids controller here
+            group.rmdir()
+    return None
+
+
+def identities() -> dict:
+    """What each RUNS_LATER path (and .git) is right now: (device, inode), or None."""
+    found = {}
+    for name in [".git", *RUNS_LATER]:
+        try:
+            found[name] = (os.lstat(WORKDIR / name).st_dev, os.lstat(WORKDIR / name).st_ino)
+        except OSError:
+            found[name] = None
+    return found
+
+
+def remove_planted(before: dict) -> list:
+    """Remove what a command put in the place of a RUNS_LATER path: renaming the folder above one
+    gets past its read-only mount. A new repository's own .git/hooks and .git/config are let be."""
+    after, removed = identities(), []
+    for name in RUNS_LATER:
+        new_repository = name.startswith(".git/") and before[".git"] is None
+        if after[name] is not None and after[name] != before[name] and not new_repository:
+            path = WORKDIR / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(name)
+    return removed
+
+
+def check_door(file: Path, writing: bool) -> None:
+    """The file tools keep the wall's doors too: no RUNS_LATER path is written, no .env is read."""
+    relative = file.relative_to(WORKDIR.resolve()).as_posix()
+    if writing and any(relative == name or relative.startswith(name + "/") for name in RUNS_LATER):
+        raise PermissionError(f"{relative} runs or is read later, outside the wall; ask the user")
+    if file.name == ".env":
+        raise PermissionError(f"{relative} holds secrets such as the API key; it is not shown")
 
 
 # -- fence 4: a bash tool that cannot be wedged ------------------------------------
 
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+             "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION"}
 
 
 def command_env() -> dict:
-    """The agent's environment without its secrets: the command needs none of them."""
+    """The command's environment: an allow-list of what programs need to run, so no secret of the
+    agent's (keys, tokens, passwords in URLs) reaches it, whatever the variable is called."""
     return {name: value for name, value in os.environ.items()
-            if not name.startswith("ANTHROPIC_") and not any(word in name.upper() for word in SECRET_WORDS)}
+            if name in PASSED_ON or name.startswith("LC_")}
 
 
 def read_output(process) -> tuple:
@@ -512,13 +625,16 @@ def cap(text: str) -> str:
 
 
 def run_bash(command: str) -> str:
-    """Run a checked command with bash in WORKDIR, inside the wall when it is up; return its output."""
+    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
     reason = check_command(command)
     if reason:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user to run it")
+    if not sandbox_off() and bwrap_problem():
+        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
+    before = identities()
     process = subprocess.Popen(
-        walled(["bash", "-c", command]), cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        ["bash", "-c", command] if sandbox_off() else walled(command), cwd=WORKDIR, env=command_env(),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
         data, stopped = read_output(process)
@@ -533,6 +649,13 @@ def run_bash(command: str) -> str:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
     elif exit_code:
         output += f"\n(exit code {exit_code})"
+    if not sandbox_off():
+        limits = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
+        if limits:
+            output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(limits))})"
+        removed = remove_planted(before)
+        if removed:
+            output += f"\n(removed {', '.join(removed)}: the command put them there, and they run later)"
     return output or "(no output)"
 
 
@@ -564,6 +687,7 @@ def read_start(opened, limit: int | None) -> str:
 
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
+    check_door(file, writing=False)
     check_kind(file, path)
     if limit is not None and limit < 1:
         raise ValueError("limit must be at least 1")
@@ -608,6 +732,7 @@ def write_atomically(file: Path, text: str) -> None:
 
 def write_file(path: str, content: str) -> str:
     file = safe_path(path)
+    check_door(file, writing=True)
     if file.exists():
         check_kind(file, path)
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -617,6 +742,7 @@ def write_file(path: str, content: str) -> str:
 
 def edit_file(path: str, old_text: str, new_text: str) -> str:
     file = safe_path(path)
+    check_door(file, writing=True)
     check_kind(file, path)
     text = file.read_bytes().decode("utf-8")  # bytes, so that \r\n line ends survive the edit
     if not old_text:
@@ -862,17 +988,29 @@ def make_client():
     return anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=API_TIMEOUT, max_retries=API_RETRIES)
 
 
+def wall_state() -> str:
+    """One line at start-up: what the wall holds back, or why commands will not run."""
+    if sandbox_off():
+        return dim("the wall is off (SANDBOX=off): only the filter stands in front of commands")
+    if bwrap_problem():
+        return f"No command will run: {NO_WALL.format(problem=bwrap_problem())}."
+    network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on)"
+    return dim(f"the wall is on: read-only system, this folder writable, {network}, home hidden")
+
+
 def main() -> int:
     global client
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show is printed as "?"
     load_dotenv()
+    if WORKDIR.resolve() in (Path("/"), Path.home().resolve()):
+        print(f"Not starting in {WORKDIR}: there the workspace would hold the whole system or your "
+              "home folder. Start the agent in a project folder.", file=sys.stderr)
+        return 2
     client = make_client()
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
-    problem = wall_problem()
-    print(dim(f"the wall is off ({problem}): only the filter stands in front of commands" if problem
-              else "the wall is on: commands see the file system read-only, except this workspace"))
+    print(wall_state())
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # noqa: F401 - loading it gives input() line editing, and Up recalls earlier lines

@@ -12,8 +12,10 @@ from conftest import ROOT, STAGE_NAMES
 # not listed: they are the lesson itself. Keep this exact: the tests fail on a missing or extra name.
 CHANGED = {
     "s02_tools": {"STAGE", "TOOLS", "dispatch"},
-    # every file tool now goes through safe_path; bash is checked, walled and hardened; main says if the wall is on
-    "s03_safety": {"STAGE", "run_bash", "read_file", "write_file", "edit_file", "list_dir", "main"},
+    # every file tool now goes through safe_path and the wall's doors; bash is checked, walled and hardened;
+    # the system prompt says whether the network is on; main says what the wall holds
+    "s03_safety": {"STAGE", "system_prompt", "run_bash", "read_file", "write_file", "edit_file", "list_dir",
+                   "main"},
     # the loop's pieces take the tools (and the child's indent) as arguments, so two agents share them
     "s04_subagent": {"STAGE", "system_prompt", "dispatch", "run_tool", "show_tool_call", "show_tool_result",
                      "call_model", "take_reply", "agent_loop"},
