@@ -447,7 +447,8 @@ def split_commands(line: str) -> list:
             elif words or writes:
                 commands.append((words, writes))
                 words, writes = [], []
-    return [(words, writes) for words, writes in [*commands, (words, writes), *outer] if words or writes]
+    found = [*commands, (words, writes), *outer]
+    return [(words, writes) for words, writes in found if words or writes]
 
 
 def cut_heredocs(line: str) -> str:

@@ -4,15 +4,18 @@ can start, and the bash tool cannot be hung, flooded or used to read the agent's
 
 import importlib
 import os
+import shlex
+import shutil
+import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, call_tool, clean_env, run_stage, stages_from
+from conftest import NO_WALL, ROOT, call_tool, clean_env, run_stage, stages_from
 
 SAFE_STAGES = stages_from("s03_safety")
-NO_WALL = importlib.import_module("s03_safety").bwrap_problem()
 needs_the_wall = pytest.mark.skipif(bool(NO_WALL), reason=f"the wall cannot go up on this machine: {NO_WALL}")
 
 
@@ -452,11 +455,275 @@ def test_sandbox_off_runs_commands_without_the_wall(stage, scripted, monkeypatch
 
 @pytest.mark.parametrize("sandbox", ["off", ""])
 def test_the_stage_says_at_start_up_whether_the_wall_is_on(sandbox, tmp_path):
-    """One line at start-up says whether commands run inside the wall, or why not."""
+    """One line at start-up says what the wall holds back, or why commands will not run."""
     env = clean_env(ANTHROPIC_API_KEY="not-used", SANDBOX=sandbox)
     output = run_stage(ROOT / "s03_safety.py", "q\n", env, tmp_path).stdout
-    expected = "the wall is off (SANDBOX=off)" if sandbox == "off" else NO_WALL or "the wall is on"
+    on = "the wall is on: read-only system, this folder writable, network off (NETWORK=on), home hidden"
+    expected = "the wall is off (SANDBOX=off)" if sandbox == "off" else "No command will run" if NO_WALL else on
     assert expected in output
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_without_the_wall_no_command_runs(stage, scripted, workspace, monkeypatch):
+    """Fail closed: where bubblewrap cannot start (here: not on PATH), run_bash refuses every
+    command and says how to install it, or that SANDBOX=off runs commands with the filter alone."""
+    monkeypatch.delenv("SANDBOX", raising=False)
+    monkeypatch.setenv("PATH", str(workspace))  # a PATH without bwrap
+    stage.bwrap_problem.cache_clear()
+    try:
+        result = call_tool(stage, scripted, "bash", command="touch proof")
+    finally:
+        stage.bwrap_problem.cache_clear()
+    assert result["is_error"] and "apt install bubblewrap" in result["content"]
+    assert "SANDBOX=off" in result["content"] and not (workspace / "proof").exists()
+
+
+def test_without_the_wall_the_start_up_line_says_that_no_command_will_run(tmp_path):
+    """The start-up line is plain text, not grey, when commands will be refused."""
+    env = clean_env(ANTHROPIC_API_KEY="not-used", PATH=str(tmp_path))
+    output = run_stage(ROOT / "s03_safety.py", "q\n", env, tmp_path).stdout
+    assert "No command will run: the wall cannot go up" in output and "\033[2m" not in output
+
+
+@pytest.mark.parametrize("folder", ["/", "home"])
+def test_the_stage_refuses_to_start_in_the_root_or_the_home_folder(folder, tmp_path):
+    """A workspace of / or of the home folder would make the workspace fence and the wall hold
+    nothing back: the stage says so and stops with status 2."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(ANTHROPIC_API_KEY="not-used", HOME=str(home))
+    done = run_stage(ROOT / "s03_safety.py", "q\n", env, Path("/") if folder == "/" else home)
+    assert done.returncode == 2 and "Not starting in" in done.stderr
+
+
+def test_a_module_planted_beside_the_stage_is_not_imported(tmp_path):
+    """Started in its own folder (the README's command), the stage imports nothing from it: a
+    dotenv.py written there by a command would otherwise run at the next start, outside the wall."""
+    (tmp_path / "s03_safety.py").write_text((ROOT / "s03_safety.py").read_text())
+    (tmp_path / "dotenv.py").write_text("open('PLANTED', 'w').close()\nraise SystemExit(7)\n")
+    done = run_stage(tmp_path / "s03_safety.py", "q\n", clean_env(), tmp_path)
+    assert not (tmp_path / "PLANTED").exists() and done.returncode == 2
+
+
+# -- the wall's doors: what a command could leave behind, or reach --------------------------------
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_files_that_run_later_are_read_only_inside_the_wall(stage, scripted, workspace):
+    """Git runs .git/hooks and reads .git/config; the stage reads .env at its next start. Inside
+    the wall they cannot be changed, even though the rest of the workspace is writable."""
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    for name in (".git/config", ".env", ".gitmodules"):
+        (workspace / name).write_text("as it was\n")
+    command = ("echo '#!/bin/sh' > .git/hooks/pre-commit; echo evil >> .git/config; "
+               "echo SANDBOX=off >> .env; echo x >> .gitmodules; echo fine > fine.txt")
+    result = call_tool(stage, scripted, "bash", command=command)
+    content = result["content"]
+    assert content.count("Read-only file system") + content.count("Permission denied") == 4
+    assert not (workspace / ".git/hooks/pre-commit").exists() and (workspace / "fine.txt").exists()
+    assert {(workspace / name).read_text() for name in (".git/config", ".env", ".gitmodules")} == {"as it was\n"}
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_a_command_puts_in_place_of_a_file_that_runs_later_is_removed(stage, scripted, workspace):
+    """Renaming .git gets past the read-only mount of .git/hooks, and a new .env would be read at
+    the next start: whatever a command puts in such a place is removed when it ends, and said."""
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    command = "mv .git .git2 && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit; echo SANDBOX=off > .env"
+    result = call_tool(stage, scripted, "bash", command=command)
+    assert not (workspace / ".git/hooks").exists() and not (workspace / ".env").exists()
+    assert "removed .env, .git/hooks" in result["content"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_new_repository_keeps_its_own_hooks(stage, scripted, workspace):
+    """`git init` inside the wall still works: a repository the command creates keeps its .git/hooks
+    and .git/config (the note says what that leaves open)."""
+    result = call_tool(stage, scripted, "bash", command="mkdir -p .git/hooks && echo '[core]' > .git/config")
+    assert "removed" not in result["content"] and (workspace / ".git/config").exists()
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("name", [".env", ".git/config", ".git/hooks/pre-commit", ".bashrc", ".vscode/tasks.json"])
+def test_the_file_tools_refuse_to_write_files_that_run_later(stage, scripted, workspace, name):
+    """write_file and edit_file keep the same doors as the wall, with a reason the model can pass on."""
+    (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / name).write_text("as it was")
+    wrote = call_tool(stage, scripted, "write_file", path=name, content="evil")
+    edited = call_tool(stage, scripted, "edit_file", path=name, old_text="as it was", new_text="evil")
+    assert wrote["is_error"] and edited["is_error"] and "runs or is read later" in wrote["content"]
+    assert (workspace / name).read_text() == "as it was"
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_read_file_refuses_a_env_file(stage, scripted, workspace):
+    """A .env file holds keys: read_file does not show it."""
+    (workspace / ".env").write_text("ANTHROPIC_API_KEY=sk-secret")
+    result = call_tool(stage, scripted, "read_file", path=".env")
+    assert result["is_error"] and "sk-secret" not in result["content"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_env_file_reads_as_nothing_inside_the_wall(stage, scripted, workspace):
+    """Inside the wall the workspace's .env cannot be read either, so no command can print the key."""
+    (workspace / ".env").write_text("ANTHROPIC_API_KEY=sk-secret")
+    assert "sk-secret" not in call_tool(stage, scripted, "bash", command="cat .env")["content"]
+
+
+@pytest.fixture
+def fake_home(tmp_path_factory, monkeypatch):
+    """A home folder with secrets in it, and a program on PATH that lives in it (as pyenv's does).
+    It is not the workspace's folder, as a home folder is not (the stage refuses to start there)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key=SECRET")
+    (home / ".tool" / "bin").mkdir(parents=True)
+    (home / ".tool" / "bin" / "hello-tool").write_text("#!/bin/sh\necho hello from home\n")
+    (home / ".tool" / "bin" / "hello-tool").chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home / '.tool' / 'bin'}:{os.environ['PATH']}")
+    return home
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_home_folder_is_hidden_but_programs_on_path_still_run(stage, scripted, fake_home):
+    """~/.ssh, ~/.aws and the rest of the home folder are out of sight inside the wall, while a
+    program on PATH that lives under the home folder (pyenv, nvm, cargo) still runs."""
+    command = "cat ~/.ssh/id_ed25519 ~/.aws/credentials; hello-tool"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "hello from home" in content
+    assert "PRIVATE KEY" not in content and "SECRET" not in content
+
+
+@pytest.fixture
+def listeners(tmp_path_factory):
+    """Services outside the wall: a TCP port on 127.0.0.1, a Unix socket in a folder of /tmp and an
+    abstract Unix socket. Nothing is served: a connection that gets through is all the test needs."""
+    tcp = socket.create_server(("127.0.0.1", 0))
+    path = tmp_path_factory.mktemp("service") / "service.sock"
+    unix, abstract = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    unix.bind(str(path))
+    abstract.bind(f"\0agent-test-{os.getpid()}")
+    for listener in (unix, abstract):
+        listener.listen(1)
+    yield {"tcp": ("127.0.0.1", tcp.getsockname()[1]), "unix": str(path), "abstract": f"\0agent-test-{os.getpid()}"}
+    for listener in (tcp, unix, abstract):
+        listener.close()
+
+
+def try_to_connect(kind: str, address) -> str:
+    """A command that connects to one listener and prints whether it got through."""
+    family = "AF_INET" if kind == "tcp" else "AF_UNIX"
+    code = (f"import socket\ns = socket.socket(socket.{family})\ntry:\n    s.connect({address!r})\n"
+            f"    print('{kind} reached')\nexcept OSError as e:\n    print('{kind} not reached', e)\n")
+    return f"python3 -c {shlex.quote(code)}"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("kind", ["tcp", "unix", "abstract"])
+def test_services_outside_the_wall_cannot_be_reached(stage, scripted, listeners, kind):
+    """The network is off (the command has its own, empty network) and /tmp and /run are private: a
+    local server, a Unix socket (docker, tmux, ssh-agent) and an abstract socket are out of reach."""
+    content = call_tool(stage, scripted, "bash", command=try_to_connect(kind, listeners[kind]))["content"]
+    assert f"{kind} not reached" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_network_on_shares_the_network_but_not_the_unix_sockets(stage, scripted, listeners, monkeypatch):
+    """NETWORK=on shares the host's network (pip, curl, a local server), while Unix sockets of
+    services outside stay out of reach: they live in folders the wall keeps private."""
+    monkeypatch.setenv("NETWORK", "on")
+    tcp = call_tool(stage, scripted, "bash", command=try_to_connect("tcp", listeners["tcp"]))["content"]
+    unix = call_tool(stage, scripted, "bash", command=try_to_connect("unix", listeners["unix"]))["content"]
+    assert "tcp reached" in tcp and "unix not reached" in unix
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("network", ["", "on"])
+def test_the_system_prompt_says_whether_the_network_is_on(stage, network, monkeypatch):
+    """The model is told the network is off, and that the user turns it on with NETWORK=on."""
+    monkeypatch.setenv("NETWORK", network)
+    prompt = stage.system_prompt()
+    assert ("network is on" in prompt) if network else ("network is off" in prompt and "NETWORK=on" in prompt)
+
+
+@needs_the_wall
+@pytest.mark.skipif(not shutil.which("ipcmk"), reason="ipcmk (util-linux) is not installed")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_shared_memory_outside_the_wall_is_out_of_reach(stage, scripted):
+    """System V IPC is the wall's own: a shared-memory segment made outside is not seen inside."""
+    made = subprocess.run(["ipcmk", "-M", "4096"], capture_output=True, text=True, check=True).stdout
+    segment = made.split()[-1]
+    try:
+        content = call_tool(stage, scripted, "bash", command=f"ipcs -m -i {segment}")["content"]
+    finally:
+        subprocess.run(["ipcrm", "-m", segment], check=False)
+    assert "not found" in content
+
+
+FORKS = """import os, time
+started = 0
+try:
+    while started < 2 * LIMIT:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        started += 1
+except OSError as error:
+    print("could not start more:", error)
+print("started", started)
+"""
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_that_starts_processes_without_end_is_held_to_the_limit(stage, scripted, workspace):
+    """A fork bomb that gets past the filter (a script file, say) meets MAX_PROCESSES inside the
+    wall, for root too: the agent goes on, and the result names the limit."""
+    (workspace / "forks.py").write_text(FORKS.replace("LIMIT", str(stage.MAX_PROCESSES)))
+    content = call_tool(stage, scripted, "bash", command="python3 forks.py")["content"]
+    started = int(content.split("started ")[1].split()[0])
+    assert started < stage.MAX_PROCESSES and f"limit of {stage.MAX_PROCESSES} processes" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_memory_hog_is_stopped_and_the_result_says_why(stage, scripted):
+    """One process may map at most MAX_MEMORY: a bigger allocation fails inside the wall."""
+    command = f"python3 -c 'bytearray({stage.MAX_MEMORY + 2**30})'"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "MemoryError" in content and "GiB of memory per process" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_tmp_inside_the_wall_is_small(stage, scripted):
+    """/tmp inside the wall lives in memory, so it holds at most MAX_FILE: filling it fails, and
+    the result names the limit (two files, each under the limit for one file)."""
+    half = stage.MAX_FILE // 2 + 2**20
+    command = f"head -c {half} /dev/zero > /tmp/a; head -c {half} /dev/zero > /tmp/b"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "No space left on device" in content and "in /tmp" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_link_out_of_the_workspace_is_the_wall_s_business(stage, scripted, workspace, outside_canaries):
+    """The filter judges paths by their spelling, so `rm -rf link/` through a link to a folder outside
+    passes it; the wall is what keeps the folder outside intact."""
+    (workspace / "link").symlink_to(outside_canaries[1].parent)
+    assert stage.check_command("rm -rf link/") is None
+    call_tool(stage, scripted, "bash", command="rm -rf link/")
+    assert outside_canaries[1].read_text() == "precious"
 
 
 # -- fence 4: a bash tool that cannot be wedged ---------------------------------------------
