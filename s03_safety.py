@@ -302,57 +302,6 @@ def check_find(args: list) -> str | None:  # what -exec runs is judged as a comm
     return None
 
 
-PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where a path leads, harmless first
-    "inside", "the whole workspace", "files outside the workspace", "files known only at run time",
-    "system files")
-
-
-def place(word: str) -> str:
-    """Where a path argument leads, from its spelling alone (links on disk are the wall's business).
-    A last part `*` or `.*` stands for its folder; {a,b} for the worse of a and b."""
-    word = os.path.expanduser(word)
-    before, brace, rest = word.partition("{")
-    inside, _, after = rest.partition("}")
-    if brace and "," in inside and "{" not in after and inside.count(",") < 50:
-        return max((place(before + part + after) for part in inside.split(",")), key=PLACES.index)
-    if brace and "," in inside or any(char in word for char in "$`") or word.startswith("~"):
-        return UNKNOWN
-    folder, _, last = word.rpartition("/")
-    workspace = os.path.normpath(WORKDIR)
-    path = os.path.normpath(os.path.join(workspace, folder + "/" if last in ("*", ".*") else word))
-    if path == workspace:
-        return WORKSPACE
-    if path.startswith(workspace + "/"):
-        return INSIDE
-    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
-
-
-def check_writes(targets: list) -> str | None:
-    """Why writing to these must not happen: devices and system files."""
-    for target in targets:
-        if place(target) == SYSTEM and os.path.normpath(target) not in DEVICES:
-            return f"writes to {target}, a device or system file"
-    return None
-
-
-def check_rm(args: list) -> str | None:
-    options = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
-    recursive = "r" in options.lower() or any(arg.startswith("--r") for arg in args)
-    for target in operands(args):
-        where = place(target)
-        if where == SYSTEM or recursive and where != INSIDE:
-            return f"rm {target} deletes {where}"
-    return None
-
-
-def check_find(args: list) -> str | None:  # -exec CMD is judged as a command of its own
-    starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args)) or ["."]
-    places = {place(start) for start in starts}
-    if "-delete" in args and (places - {INSIDE, WORKSPACE} or args[len(starts):] == ["-delete"]):
-        return f"find {' '.join(starts)} -delete deletes {max(places, key=PLACES.index)}"
-    return None
-
-
 def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp -R MODE_OR_OWNER PATH...
     if "-R" in args or "--recursive" in args:
         return check_rm(["-r", *operands(args)[1:]])

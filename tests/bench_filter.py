@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import s03_safety  # noqa: E402 - the stage is a script beside this folder, not a package
+import s03_safety  # the stage is a script beside this folder, not a package
 
 PATTERNS = {  # name -> (what comes first, what is repeated)
     "one long word": ("echo ", "a"),
