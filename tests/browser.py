@@ -1,0 +1,148 @@
+"""Drive headless Chromium from Python, stdlib only: open a page, read its DOM, take a picture.
+
+Chromium's DevTools protocol is JSON messages. With --remote-debugging-pipe, Chromium reads them
+from its file descriptor 3 and writes answers and events to its descriptor 4, each message ended
+by a NUL byte: no port, no websocket, nothing to install. tests/test_view.py uses it to check the
+page of tests/view.py in a real browser; `python tests/demo.py s04 --png picture.png` takes the
+picture shown in notes/s04_subagent.md.
+"""
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+WAIT = 60  # seconds to wait for any one answer before giving up: a stuck browser fails, never hangs
+
+
+def chromium() -> str | None:
+    """The path of the Chromium program (Debian's package is `chromium`), or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+class Browser:
+    """One headless Chromium with one tab; use as a context manager."""
+
+    def __init__(self, width: int = 1200, height: int = 900):
+        self.width, self.height = width, height
+        self.events, self.next_id, self.buffer = [], 0, b""
+        self.profile = tempfile.TemporaryDirectory()
+        to_browser, self.command_end = os.pipe()
+        self.answer_end, from_browser = os.pipe()
+        program = chromium()
+        if program is None:
+            raise FileNotFoundError("chromium is not installed (Debian package: chromium)")
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                 "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
+                 f"--user-data-dir={self.profile.name}", "about:blank"]
+        # bash hands our two pipe ends to Chromium as its descriptors 3 and 4.
+        wiring = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
+        self.process = subprocess.Popen(
+            ["bash", "-c", wiring, program, *flags], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(to_browser, from_browser))
+        os.close(to_browser)
+        os.close(from_browser)
+        self.session = None
+
+    def __enter__(self):
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.send(f"{domain}.enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.process.terminate()
+            self.process.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        finally:
+            os.close(self.command_end)
+            os.close(self.answer_end)
+            self.profile.cleanup()
+
+    def read_message(self) -> dict:
+        while b"\0" not in self.buffer:
+            ready, _, _ = select.select([self.answer_end], [], [], WAIT)
+            data = os.read(self.answer_end, 1 << 16) if ready else b""
+            if not data:
+                raise RuntimeError("chromium stopped answering")
+            self.buffer += data
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method: str, params: dict | None = None) -> dict:
+        """Send one command to the tab (or to the browser, before a tab is attached); return its result."""
+        self.next_id += 1
+        command = {"id": self.next_id, "method": method, "params": params or {}}
+        if self.session:
+            command["sessionId"] = self.session
+        os.write(self.command_end, json.dumps(command).encode() + b"\0")
+        while True:
+            message = self.read_message()
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    def wait_for(self, event: str) -> dict:
+        while True:
+            message = self.read_message()
+            self.events.append(message)
+            if message.get("method") == event:
+                return message
+
+    def open(self, page: Path) -> None:
+        """Load a local page and wait until it has loaded."""
+        self.send("Page.navigate", {"url": page.resolve().as_uri()})
+        self.wait_for("Page.loadEventFired")
+
+    def evaluate(self, expression: str):
+        """The value of a JavaScript expression in the page (run by DevTools, not by the page)."""
+        answer = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        if "exceptionDetails" in answer:
+            raise RuntimeError(f"{expression[:60]}: {answer['exceptionDetails']}")
+        return answer["result"].get("value")
+
+    def screenshot(self, picture: Path, height: int | None = None) -> None:
+        """A PNG of the page's top `height` pixels (the window's height when not given)."""
+        clip = {"x": 0, "y": 0, "width": self.width, "height": height or self.height, "scale": 1}
+        data = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
+        picture.write_bytes(base64.b64decode(data["data"]))
+
+    def errors(self) -> list:
+        """What the page reported as errors: exceptions, console.error, and errors in the log."""
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                found.append(params["exceptionDetails"].get("text"))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+                found.append(str(params.get("args")))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                found.append(params["entry"].get("text"))
+        return found
+
+    def requested(self) -> list:
+        """Every URL the page asked for."""
+        return [event["params"]["request"]["url"] for event in self.events
+                if event.get("method") == "Network.requestWillBeSent"]
+
+
+def screenshot_problem(page: Path, picture: Path, width: int = 1200, height: int = 1100) -> str | None:
+    """Take a picture of the top of `page`; return None, or why it could not be taken."""
+    if chromium() is None:
+        return "no picture: chromium is not installed (Debian package: chromium)"
+    with Browser(width, height) as browser:
+        browser.open(page)
+        browser.screenshot(picture)
+    return None
