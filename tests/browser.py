@@ -8,10 +8,12 @@ picture shown in notes/s04_subagent.md.
 """
 
 import base64
+import contextlib
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,7 +23,11 @@ WAIT = 60  # seconds to wait for any one answer before giving up: a stuck browse
 
 def chromium() -> str | None:
     """The path of the Chromium program (Debian's package is `chromium`), or None."""
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    return (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
 
 
 class Browser:
@@ -36,34 +42,54 @@ class Browser:
         program = chromium()
         if program is None:
             raise FileNotFoundError("chromium is not installed (Debian package: chromium)")
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-                 "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
-                 f"--user-data-dir={self.profile.name}", "about:blank"]
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--remote-debugging-pipe",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--hide-scrollbars",
+            f"--user-data-dir={self.profile.name}",
+            "about:blank",
+        ]
         # bash hands our two pipe ends to Chromium as its descriptors 3 and 4.
         wiring = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
         self.process = subprocess.Popen(
-            ["bash", "-c", wiring, program, *flags], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(to_browser, from_browser))
+            ["bash", "-c", wiring, program, *flags],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(to_browser, from_browser),
+        )
         os.close(to_browser)
         os.close(from_browser)
         self.session = None
 
     def __enter__(self):
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+        )
         return self
 
     def __exit__(self, *exc):
         try:
-            self.process.terminate()
-            self.process.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            with contextlib.suppress(RuntimeError, OSError):  # it may be gone already
+                self.session = None
+                self.send("Browser.close")
+            try:
+                self.process.wait(timeout=WAIT)
+            finally:  # its helper processes too: nothing Chromium started outlives it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         finally:
             os.close(self.command_end)
             os.close(self.answer_end)
@@ -80,7 +106,7 @@ class Browser:
         return json.loads(message)
 
     def send(self, method: str, params: dict | None = None) -> dict:
-        """Send one command to the tab (or to the browser, before a tab is attached); return its result."""
+        """Send a command to the tab (the browser, before one is attached); return its result."""
         self.next_id += 1
         command = {"id": self.next_id, "method": method, "params": params or {}}
         if self.session:
@@ -116,7 +142,9 @@ class Browser:
     def screenshot(self, picture: Path, height: int | None = None) -> None:
         """A PNG of the page's top `height` pixels (the window's height when not given)."""
         clip = {"x": 0, "y": 0, "width": self.width, "height": height or self.height, "scale": 1}
-        data = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
+        data = self.send(
+            "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}
+        )
         picture.write_bytes(base64.b64decode(data["data"]))
 
     def errors(self) -> list:
@@ -134,11 +162,16 @@ class Browser:
 
     def requested(self) -> list:
         """Every URL the page asked for."""
-        return [event["params"]["request"]["url"] for event in self.events
-                if event.get("method") == "Network.requestWillBeSent"]
+        return [
+            event["params"]["request"]["url"]
+            for event in self.events
+            if event.get("method") == "Network.requestWillBeSent"
+        ]
 
 
-def screenshot_problem(page: Path, picture: Path, width: int = 1200, height: int = 1100) -> str | None:
+def screenshot_problem(
+    page: Path, picture: Path, width: int = 1200, height: int = 1100
+) -> str | None:
     """Take a picture of the top of `page`; return None, or why it could not be taken."""
     if chromium() is None:
         return "no picture: chromium is not installed (Debian package: chromium)"

@@ -14,7 +14,9 @@ import view
 from conftest import ROOT
 from fake_api import FakeAPI, api_error, reply, tool
 
-HOSTILE = "<script>document.title = 'taken over'</script><img src=x onerror=\"document.title='img'\">"
+HOSTILE = (
+    "<script>document.title = 'taken over'</script><img src=x onerror=\"document.title='img'\">"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +29,7 @@ def restore_stages(monkeypatch):
 
 
 def open_browser() -> browser.Browser:
-    """A headless Chromium. Without one the test is skipped, except in CI (CI=true), where it must run."""
+    """A headless Chromium. Without one the test is skipped, but not in CI (CI=true): it fails."""
     if browser.chromium() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("chromium is not installed in CI: .ci/run installs it when missing")
@@ -37,12 +39,13 @@ def open_browser() -> browser.Browser:
 
 def with_new_fields(lines: list) -> list:
     """The transcript as the stages will write it once they record time, seconds, session, turn
-    and, for a child, the id of the task call that started it."""
+    and, for a child, the id of the task call that started it (fields already there are kept)."""
     start = datetime.datetime(2026, 12, 1, 15, 40, tzinfo=datetime.UTC)
     turn, waiting_tasks, task = 0, [], None
     for number, line in enumerate(lines):
-        line.update(time=(start + datetime.timedelta(seconds=2 * number)).isoformat(), seconds=1.5,
-                    session="3f9a1c2e")
+        line.setdefault("time", (start + datetime.timedelta(seconds=2 * number)).isoformat())
+        line.setdefault("seconds", 1.5)
+        line.setdefault("session", "3f9a1c2e")
         messages = line["request"]["messages"]
         if line.get("agent", "parent") == "parent":
             if isinstance(messages[-1]["content"], str):  # the user typed it: a new turn
@@ -51,10 +54,20 @@ def with_new_fields(lines: list) -> list:
             waiting_tasks += [block["id"] for block in blocks if block.get("name") == "task"]
         elif len(messages) == 1:  # a child's first call: the next task call started it
             task = waiting_tasks.pop(0)
-        line["turn"] = turn
+        line.setdefault("turn", turn)
         if line.get("agent") == "child":
-            line["task"] = task
+            line.setdefault("task", task)
     return lines
+
+
+def old_format(lines: list) -> list:
+    """The transcript as the first stages wrote it: agent, request, response, and no agent at all
+    on the parent's lines (every line without one is the parent's)."""
+    old = []
+    for line in lines:
+        agent = {"agent": "child"} if line.get("agent") == "child" else {}
+        old.append({**agent, "request": line["request"], "response": line["response"]})
+    return old
 
 
 def read_lines(transcript) -> list:
@@ -68,8 +81,10 @@ def write_lines(transcript, lines: list) -> None:
 def context_size(line: dict) -> int:
     """The context size of a call, read from the transcript line itself (not from the page)."""
     usage = (line["response"] or {}).get("usage", {})
-    return sum(usage.get(name) or 0 for name in
-               ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    return sum(
+        usage.get(name) or 0
+        for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
 
 
 # What the browser measures on the page, as one JSON value.
@@ -94,7 +109,7 @@ MEASURE = """JSON.stringify({
 
 
 def look_at(page, picture) -> tuple:
-    """Open the page in headless Chromium: what it shows, the errors it reported, what it fetched."""
+    """Open the page in headless Chromium: what it shows, the errors it reported, what it loaded."""
     with open_browser() as chromium:
         chromium.open(page)
         shown = json.loads(chromium.evaluate(MEASURE))
@@ -113,35 +128,49 @@ def assert_heights_in_proportion(bars: list, lines: list) -> None:
         assert abs(bar["cached"] - cached * pixels_per_token) < 1, (bar, cached)
 
 
-@pytest.mark.parametrize("fields", ["as written today", "with time, turn, session and task"])
-def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(fields, tmp_path, capsys):
-    """Render the s04 demo's transcript and open it in Chromium: two lanes side by side (every parent
-    call in one column, every child call in another), one bar per call with heights in proportion to
-    the context sizes, the child lane tied to the task call before it and to the result after it.
-    Transcripts without the newer fields still work. A screenshot lands in the test's folder."""
+@pytest.mark.parametrize("fields", ["old", "new"])
+def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
+    fields, tmp_path, capsys
+):
+    """Render the s04 demo's transcript and open it in Chromium: two lanes side by side (every
+    parent call in one column, every child call in another), one bar per call with heights in
+    proportion to the context sizes, the child lane tied to the task call before it and to the
+    result after it. Old transcripts (no time, turn, session or task; no "agent" on the parent's
+    lines) work too. A screenshot lands in the test's folder."""
     transcript, page = tmp_path / "wire.jsonl", tmp_path / "run.html"
     demo.run_demo("s04", keep=transcript)
     lines = read_lines(transcript)
-    if fields != "as written today":
-        write_lines(transcript, with_new_fields(lines))
+    write_lines(transcript, old_format(lines) if fields == "old" else with_new_fields(lines))
     view.write_page(transcript, page)
     shown, errors, fetched = look_at(page, tmp_path / "s04.png")
 
-    assert not errors and all(url.startswith(("file:", "data:")) for url in fetched), (errors, fetched)
+    assert not errors and all(url.startswith(("file:", "data:")) for url in fetched), (
+        errors,
+        fetched,
+    )
     parent, child = shown["lanes"]
     assert (parent["agent"], child["agent"]) == ("parent", "child")
     calls = shown["calls"]
     assert [call["call"] for call in calls] == [1, 2, 3, 4, 5]
     lefts = {lane: {call["left"] for call in calls if call["lane"] == lane} for lane in ("0", "1")}
-    assert len(lefts["0"]) == len(lefts["1"]) == 1 and min(lefts["1"]) > max(lefts["0"]), "lanes are columns"
+    assert len(lefts["0"]) == len(lefts["1"]) == 1 and min(lefts["1"]) > max(lefts["0"]), (
+        "lanes are columns"
+    )
     assert [call["lane"] for call in calls] == ["0", "1", "1", "1", "0"]
     task_id = lines[0]["response"]["content"][-1]["id"]
     assert child["task"] == task_id and task_id in calls[0]["uses"]
-    assert child["links"][:2] == ["#call-1", "#call-5"], "the child names its task call and its result"
+    assert child["links"][:2] == ["#call-1", "#call-5"], (
+        "the child names its task call and its result"
+    )
     assert [result["id"] for result in calls[4]["results"]] == [task_id]
-    assert calls[0]["top"] < calls[1]["top"] < calls[3]["top"] < calls[4]["top"], "in order, top to bottom"
+    assert calls[0]["top"] < calls[1]["top"] < calls[3]["top"] < calls[4]["top"], (
+        "in order, top to bottom"
+    )
     assert_heights_in_proportion(shown["bars"], lines)
-    assert "Read every file in src/" in calls[1]["text"] and "What do the modules" not in calls[1]["text"]
+    assert (
+        "Read every file in src/" in calls[1]["text"]
+        and "What do the modules" not in calls[1]["text"]
+    )
     assert (tmp_path / "s04.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -170,11 +199,11 @@ def record_a_bad_run(stage, transcript, workspace) -> None:
 
 
 def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, capsys):
-    """A run with a refused command, an API error (no reply; the new `error` field is shown when the
-    line has it) and a model refusal, full of `<script>` and `onerror=`: in Chromium, no script runs
-    (the title is unchanged, the page holds no script or image element), the hostile text is shown as
-    text, the refusal and the error are marked, every call has its bar (a failed call's is empty),
-    and the page reports no errors."""
+    """A run with a refused command, an API error (no reply; the new `error` field is shown when
+    the line has it) and a model refusal, full of `<script>` and `onerror=`: in Chromium, no script
+    runs (the title is unchanged, the page holds no script or image element), the hostile text is
+    shown as text, the refusal and the error are marked, every call has its bar (a failed call's is
+    empty), and the page reports no errors."""
     workspace, transcript, page = tmp_path / "work", tmp_path / "wire.jsonl", tmp_path / "bad.html"
     workspace.mkdir()
     record_a_bad_run(importlib.import_module("s04_subagent"), transcript, workspace)
@@ -187,13 +216,22 @@ def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, cap
     shown, errors, _ = look_at(page, tmp_path / "bad.png")
 
     assert not errors, errors
-    assert shown["title"].startswith("The run recorded in") and shown["scripts"] == shown["images"] == 0
+    assert (
+        shown["title"].startswith("The run recorded in")
+        and shown["scripts"] == shown["images"] == 0
+    )
     assert shown["text"].count("<script>document.title = 'taken over'</script>") >= 4
     calls = shown["calls"]
     assert len(calls) == len(lines) == 7
     refused = [result for call in calls for result in call["results"] if "sudo" in result["text"]]
-    assert len(refused) == 1 and "is-error" in refused[0]["classes"] and "refused by the filter" in refused[0]["text"]
-    assert "no reply" in calls[5]["text"] and "API error 500: overloaded <script>" in calls[5]["text"]
+    assert (
+        len(refused) == 1
+        and "is-error" in refused[0]["classes"]
+        and "refused by the filter" in refused[0]["text"]
+    )
+    assert (
+        "no reply" in calls[5]["text"] and "API error 500: overloaded <script>" in calls[5]["text"]
+    )
     assert "stop_reason: refusal" in calls[6]["text"]
     assert_heights_in_proportion(shown["bars"], lines)
     assert shown["bars"][5]["height"] == 0
@@ -204,22 +242,53 @@ def test_the_viewer_writes_one_page_and_prints_its_path(tmp_path):
     """`python tests/view.py wire.jsonl -o page.html`: the page is written, its path printed, and it
     loads nothing from elsewhere (no script, no stylesheet, no font)."""
     transcript = tmp_path / "wire.jsonl"
-    write_lines(transcript, [{"request": {"messages": [{"role": "user", "content": "hi"}]},
-                              "response": {"content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
-                                           "usage": {"input_tokens": 10, "output_tokens": 2}}}])
-    done = subprocess.run([sys.executable, "tests/view.py", str(transcript), "-o", str(tmp_path / "page.html")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+    write_lines(
+        transcript,
+        [
+            {
+                "request": {"messages": [{"role": "user", "content": "hi"}]},
+                "response": {
+                    "content": [{"type": "text", "text": "hello"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 10, "output_tokens": 2},
+                },
+            }
+        ],
+    )
+    done = subprocess.run(
+        [sys.executable, "tests/view.py", str(transcript), "-o", str(tmp_path / "page.html")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "page.html")
     text = (tmp_path / "page.html").read_text()
-    assert "hello" in text and "<script" not in text and "http" not in text.replace("http-equiv", "")
+    assert (
+        "hello" in text and "<script" not in text and "http" not in text.replace("http-equiv", "")
+    )
 
 
 def test_the_viewer_cuts_a_long_tool_result_and_says_how_much(tmp_path):
     """A tool result of 50,000 characters is shown cut, with a note of the characters left out."""
-    long_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x" * 50_000, "is_error": False}
-    calls = view.read_calls([json.dumps({"request": {"messages": [{"role": "user", "content": [long_result]}]},
-                                         "response": None})])
+    long_result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "x" * 50_000,
+        "is_error": False,
+    }
+    calls = view.read_calls(
+        [
+            json.dumps(
+                {
+                    "request": {"messages": [{"role": "user", "content": [long_result]}]},
+                    "response": None,
+                }
+            )
+        ]
+    )
     page = view.render_page(calls, "long")
     assert "x" * view.MAX_SHOWN in page and "x" * (view.MAX_SHOWN + 1) not in page
     assert f"[{50_000 - view.MAX_SHOWN:,} more characters cut here]" in page
@@ -229,10 +298,16 @@ def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
     """A broken line, a line that is not an object, or a call without a request shows as a call with
     a note; it never stops the page from being written."""
     transcript = tmp_path / "wire.jsonl"
-    transcript.write_text('{"agent": "parent", "request": {"messages": []}, "response": null}\nnot json\n[1, 2]\n{}\n')
+    transcript.write_text(
+        '{"agent": "parent", "request": {"messages": []}, "response": null}\nnot json\n[1, 2]\n{}\n'
+    )
     assert view.main([str(transcript)]) == 0
     page = (tmp_path / "wire.html").read_text()
-    assert page.count("data-call=") == 4 and "line 2 is not JSON" in page and "line 3 is not a JSON object" in page
+    assert (
+        page.count("data-call=") == 4
+        and "line 2 is not JSON" in page
+        and "line 3 is not a JSON object" in page
+    )
 
 
 def test_the_viewer_explains_a_missing_file(tmp_path, capsys):

@@ -34,7 +34,7 @@ BLOCKED_BY_WALL = "Read-only file system"  # what a command meets when the wall 
 
 def read_calls(lines: list) -> list:
     """One dict per model call, with every field present (None when the line lacks it).
-    A line that is not a JSON object becomes a call with an error, so one bad line spoils nothing."""
+    A line that is not a JSON object becomes a call with an error: one bad line spoils nothing."""
     calls = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -47,18 +47,20 @@ def read_calls(lines: list) -> list:
             record = {"error": f"line {number} is not a JSON object"}
         request = record.get("request") if isinstance(record.get("request"), dict) else {}
         response = record.get("response") if isinstance(record.get("response"), dict) else None
-        calls.append({
-            "number": len(calls) + 1,
-            "agent": "child" if record.get("agent") == "child" else "parent",
-            "request": request,
-            "response": response,
-            "error": record.get("error"),
-            "time": record.get("time"),
-            "seconds": record.get("seconds"),
-            "session": record.get("session"),
-            "turn": record.get("turn"),
-            "task": record.get("task"),
-        })
+        calls.append(
+            {
+                "number": len(calls) + 1,
+                "agent": "child" if record.get("agent") == "child" else "parent",
+                "request": request,
+                "response": response,
+                "error": record.get("error"),
+                "time": record.get("time"),
+                "seconds": record.get("seconds"),
+                "session": record.get("session"),
+                "turn": record.get("turn"),
+                "task": record.get("task"),
+            }
+        )
     return calls
 
 
@@ -72,8 +74,10 @@ def blocks_of(content) -> list:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if isinstance(content, list):
-        return [block if isinstance(block, dict) else {"type": "text", "text": str(block)}
-                for block in content]
+        return [
+            block if isinstance(block, dict) else {"type": "text", "text": str(block)}
+            for block in content
+        ]
     return []
 
 
@@ -85,18 +89,25 @@ def usage_of(call: dict) -> dict:
     """The call's token counts; zeros when the call failed or the counts are missing."""
     usage = (call["response"] or {}).get("usage") or {}
     counts = {}
-    for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
-                 "output_tokens"):
+    for name in (
+        "input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "output_tokens",
+    ):
         value = usage.get(name)
         counts[name] = value if isinstance(value, int) else 0
     return counts
 
 
 def context_size(call: dict) -> int:
-    """All the model read for the call: new input, plus what was read from or written to the cache."""
+    """All the model read for the call: new input, plus what it read from or wrote to the cache."""
     usage = usage_of(call)
-    return (usage["input_tokens"] + usage["cache_read_input_tokens"]
-            + usage["cache_creation_input_tokens"])
+    return (
+        usage["input_tokens"]
+        + usage["cache_read_input_tokens"]
+        + usage["cache_creation_input_tokens"]
+    )
 
 
 def common_start(old: list, new: list) -> int:
@@ -111,8 +122,11 @@ def first_text(messages: list) -> str:
     """The text of the first message: for a child, the prompt the parent wrote."""
     if not messages:
         return ""
-    texts = [block.get("text", "") for block in blocks_of(messages[0].get("content"))
-             if block.get("type") == "text"]
+    texts = [
+        block.get("text", "")
+        for block in blocks_of(messages[0].get("content"))
+        if block.get("type") == "text"
+    ]
     return "\n".join(texts)
 
 
@@ -121,8 +135,15 @@ def first_text(messages: list) -> str:
 
 def new_lane(lanes: list, agent: str, task_use=None) -> dict:
     children = sum(1 for lane in lanes if lane["agent"] == "child")
-    lane = {"index": len(lanes), "agent": agent, "calls": [], "task": None, "task_call": None,
-            "result_call": None, "name": "parent" if agent == "parent" else f"child {children + 1}"}
+    lane = {
+        "index": len(lanes),
+        "agent": agent,
+        "calls": [],
+        "task": None,
+        "task_call": None,
+        "result_call": None,
+        "name": "parent" if agent == "parent" else f"child {children + 1}",
+    }
     if task_use:
         lane["task"] = task_use["block"].get("id")
         lane["task_call"] = task_use["call"]
@@ -141,8 +162,9 @@ def find_task_use(open_tasks: list, call: dict) -> dict | None:
         matches = [use for use in open_tasks if use["block"].get("id") == call["task"]]
     else:
         prompt = first_text(messages_of(call))
-        matches = [use for use in waiting
-                   if (use["block"].get("input") or {}).get("prompt") == prompt] or waiting[:1]
+        matches = [
+            use for use in waiting if (use["block"].get("input") or {}).get("prompt") == prompt
+        ] or waiting[:1]
     if matches:
         matches[0]["taken"] = True
         return matches[0]
@@ -160,10 +182,40 @@ def child_lane_for(call: dict, lanes: list, open_tasks: list, previous: dict | N
     return new_lane(lanes, "child", find_task_use(open_tasks, call))
 
 
+def compare_with_previous(call: dict, lane: dict) -> None:
+    """What the call's request adds to its lane's previous call. Adds to the call: lane, new (the
+    new messages), dropped (earlier messages no longer sent), repeats_reply (the first new message
+    is the previous reply, already shown), system_shown and tools_shown (new or changed)."""
+    before = lane["calls"][-1] if lane["calls"] else None
+    if before and before["session"] != call["session"]:
+        before = None  # a new session starts a new conversation
+    sent, sent_before = messages_of(call), messages_of(before) if before else []
+    kept = common_start(sent_before, sent)
+    call["lane"], call["new"], call["dropped"] = lane, sent[kept:], len(sent_before) - kept
+    reply_before = (before or {}).get("response") or {}
+    call["repeats_reply"] = bool(
+        reply_before
+        and call["new"]
+        and call["new"][0].get("content") == reply_before.get("content")
+    )
+    request, request_before = call["request"], (before or {}).get("request", {})
+    call["system_shown"] = not before or request.get("system") != request_before.get("system")
+    call["tools_shown"] = not before or request.get("tools") != request_before.get("tools")
+
+
+def typed_messages(call: dict) -> list:
+    """The new messages the user typed (a tool result is a user message too, but made of blocks)."""
+    return [
+        message
+        for message in call["new"]
+        if message.get("role") == "user" and isinstance(message.get("content"), str)
+    ]
+
+
 def build_lanes(calls: list) -> list:
-    """Put each call in its lane and work out, per call, what is new since its lane's last call.
-    Adds to each call: lane, new (the new messages), dropped (earlier messages no longer sent),
-    repeats_reply (the first new message is the lane's previous reply, already shown), turn."""
+    """Put each call in its lane (the parent's is the first), and work out what each call adds
+    (see compare_with_previous) and its turn. Each child lane learns its task call and the
+    parent call that carried its answer back."""
     lanes = [new_lane([], "parent")]
     open_tasks, previous, turn, session = [], None, 0, None
     for call in calls:
@@ -171,20 +223,11 @@ def build_lanes(calls: list) -> list:
             lane = lanes[0]
         else:
             lane = child_lane_for(call, lanes, open_tasks, previous)
-        before = lane["calls"][-1] if lane["calls"] else None
-        sent = messages_of(call)
-        kept = common_start(messages_of(before), sent) if before else 0
-        call["lane"], call["new"] = lane, sent[kept:]
-        call["dropped"] = len(messages_of(before)) - kept if before else 0
-        call["repeats_reply"] = bool(before and before["response"] and call["new"]
-                                     and call["new"][0].get("content") == before["response"].get("content"))
-        call["system_shown"] = not before or before["request"].get("system") != call["request"].get("system")
-        call["tools_shown"] = not before or before["request"].get("tools") != call["request"].get("tools")
+        compare_with_previous(call, lane)
         if call["agent"] == "parent":
             if call["session"] != session:
                 session, turn = call["session"], 0
-            typed = [m for m in call["new"] if m.get("role") == "user" and isinstance(m.get("content"), str)]
-            if typed:
+            if typed_messages(call):
                 turn += 1
             call["turn"] = call["turn"] or turn
             for block in reply_blocks(call):
@@ -225,7 +268,9 @@ def result_text(block: dict) -> str:
         return content
     parts = []
     for part in blocks_of(content):
-        parts.append(part.get("text", "") if part.get("type") == "text" else f"[{part.get('type')}]")
+        parts.append(
+            part.get("text", "") if part.get("type") == "text" else f"[{part.get('type')}]"
+        )
     return "\n".join(parts)
 
 
@@ -246,11 +291,17 @@ def render_block(block: dict, lanes: list, tool_names: dict) -> str:
     if kind == "tool_use":
         use_id = block.get("id")
         child = lane_of_task(lanes, use_id)
-        tie = f' <a class="tie" href="#lane-{child["index"]}">starts {esc(child["name"])} &rarr;</a>' if child else ""
+        tie = (
+            f' <a class="tie" href="#lane-{child["index"]}">starts {esc(child["name"])} &rarr;</a>'
+            if child
+            else ""
+        )
         arguments = json.dumps(block.get("input"), indent=1, ensure_ascii=False)
-        return (f'<div class="block tool-use" id="use-{esc(use_id)}" data-tool-use="{esc(use_id)}">'
-                f'<div class="label">tool call <b>{esc(block.get("name"))}</b>{tie}</div>'
-                f'<pre>{shown(arguments)}</pre></div>')
+        return (
+            f'<div class="block tool-use" id="use-{esc(use_id)}" data-tool-use="{esc(use_id)}">'
+            f'<div class="label">tool call <b>{esc(block.get("name"))}</b>{tie}</div>'
+            f"<pre>{shown(arguments)}</pre></div>"
+        )
     if kind == "tool_result":
         use_id = block.get("tool_use_id")
         text = result_text(block)
@@ -266,22 +317,34 @@ def render_block(block: dict, lanes: list, tool_names: dict) -> str:
             classes.append("refused")
         child = lane_of_task(lanes, use_id)
         if child:
-            marks.append(f'<a class="tie" href="#lane-{child["index"]}">&larr; the answer of '
-                         f'{esc(child["name"])}</a>')
+            marks.append(
+                f'<a class="tie" href="#lane-{child["index"]}">&larr; the answer of '
+                f"{esc(child['name'])}</a>"
+            )
         name = tool_names.get(use_id, "?")
-        return (f'<div class="{" ".join(classes)}" data-tool-result="{esc(use_id)}">'
-                f'<div class="label">result of <b>{esc(name)}</b> {" ".join(marks)}</div>'
-                f'<pre>{shown(text)}</pre></div>')
+        return (
+            f'<div class="{" ".join(classes)}" data-tool-result="{esc(use_id)}">'
+            f'<div class="label">result of <b>{esc(name)}</b> {" ".join(marks)}</div>'
+            f"<pre>{shown(text)}</pre></div>"
+        )
     if kind in ("thinking", "redacted_thinking"):
-        return f'<div class="block other"><div class="label">{esc(kind)}</div><pre>{shown(str(block.get("thinking", "")))}</pre></div>'
-    return (f'<div class="block other"><div class="label">{esc(kind)} block</div>'
-            f'<pre>{shown(json.dumps(block, ensure_ascii=False))}</pre></div>')
+        thought = str(block.get("thinking", ""))
+        label = f'<div class="label">{esc(kind)}</div>'
+        return f'<div class="block other">{label}<pre>{shown(thought)}</pre></div>'
+    return (
+        f'<div class="block other"><div class="label">{esc(kind)} block</div>'
+        f"<pre>{shown(json.dumps(block, ensure_ascii=False))}</pre></div>"
+    )
 
 
 def render_message(message: dict, lanes: list, tool_names: dict) -> str:
     role = str(message.get("role"))
-    blocks = "".join(render_block(block, lanes, tool_names) for block in blocks_of(message.get("content")))
-    return f'<div class="message role-{esc(role)}"><div class="role">{esc(role)}</div>{blocks}</div>'
+    blocks = "".join(
+        render_block(block, lanes, tool_names) for block in blocks_of(message.get("content"))
+    )
+    return (
+        f'<div class="message role-{esc(role)}"><div class="role">{esc(role)}</div>{blocks}</div>'
+    )
 
 
 def short_time(call: dict) -> str:
@@ -299,13 +362,19 @@ def render_call(call: dict, lanes: list, tool_names: dict, row: int) -> str:
     lane = call["lane"]
     parts = []
     heading = [f"call {call['number']}", short_time(call), seconds_text(call)]
-    parts.append(f'<div class="call-head">{esc(" · ".join(word for word in heading if word))}</div>')
+    parts.append(
+        f'<div class="call-head">{esc(" · ".join(word for word in heading if word))}</div>'
+    )
     if call["dropped"]:
-        parts.append(f'<div class="note">{call["dropped"]} earlier message(s) of this agent are no longer '
-                     'sent (a failed or interrupted turn was dropped, or a new session began)</div>')
+        parts.append(
+            f'<div class="note">{call["dropped"]} earlier message(s) of this agent are no longer '
+            "sent (a failed or interrupted turn was dropped, or a new session began)</div>"
+        )
     if call["system_shown"] and lane["calls"][0] is not call:
-        parts.append(f'<details><summary>the system prompt changed</summary><pre>'
-                     f'{shown(str(call["request"].get("system", "")))}</pre></details>')
+        parts.append(
+            "<details><summary>the system prompt, as sent from this call on</summary><pre>"
+            f"{shown(str(call['request'].get('system', '')))}</pre></details>"
+        )
     new = call["new"]
     if call["repeats_reply"]:
         parts.append('<div class="note">assistant: the reply above</div>')
@@ -314,24 +383,31 @@ def render_call(call: dict, lanes: list, tool_names: dict, row: int) -> str:
         messages = "".join(render_message(message, lanes, tool_names) for message in new)
         parts.append(f'<div class="sent"><div class="part">sent (new)</div>{messages}</div>')
     parts.append(render_reply(call, lanes, tool_names))
-    return (f'<article class="call lane-{lane["agent"]}" id="call-{call["number"]}" data-call="{call["number"]}" '
-            f'data-lane="{lane["index"]}" style="grid-column: {lane["index"] + 1}; grid-row: {row}">'
-            f'{"".join(parts)}</article>')
+    number, place = call["number"], f"grid-column: {lane['index'] + 1}; grid-row: {row}"
+    return (
+        f'<article class="call lane-{lane["agent"]}" id="call-{number}" data-call="{number}" '
+        f'data-lane="{lane["index"]}" style="{place}">{"".join(parts)}</article>'
+    )
 
 
 def render_reply(call: dict, lanes: list, tool_names: dict) -> str:
     response = call["response"]
     if response is None:
         error = call["error"] or "no reply was recorded: the call failed"
-        return f'<div class="reply failed"><div class="part">no reply</div><pre>{shown(str(error))}</pre></div>'
+        return (
+            f'<div class="reply failed"><div class="part">no reply</div>'
+            f"<pre>{shown(str(error))}</pre></div>"
+        )
     stop = str(response.get("stop_reason"))
     usage = usage_of(call)
     stop_class = "stop" if stop in ("tool_use", "end_turn") else "stop unusual"
     if stop == "refusal":
         stop_class += " refusal"
-    summary = (f'<span class="{stop_class}">stop_reason: {esc(stop)}</span> '
-               f'<span class="usage">context {context_size(call):,} tokens, '
-               f'{usage["cache_read_input_tokens"]:,} from cache; output {usage["output_tokens"]:,}</span>')
+    summary = (
+        f'<span class="{stop_class}">stop_reason: {esc(stop)}</span> '
+        f'<span class="usage">context {context_size(call):,} tokens, '
+        f"{usage['cache_read_input_tokens']:,} from cache; output {usage['output_tokens']:,}</span>"
+    )
     blocks = "".join(render_block(block, lanes, tool_names) for block in reply_blocks(call))
     return f'<div class="reply"><div class="part">reply {summary}</div>{blocks}</div>'
 
@@ -344,22 +420,34 @@ def render_lane_head(lane: dict) -> str:
     tie = ""
     if lane["agent"] == "child":
         start = lane["task_call"]
-        started = (f'started by the task call in {call_link(start, "call " + str(start["number"]))}'
-                   if start else "its task call is not in this transcript")
+        started = (
+            f"started by the task call in {call_link(start, 'call ' + str(start['number']))}"
+            if start
+            else "its task call is not in this transcript"
+        )
         result = lane["result_call"]
-        back = (f'its answer went back in {call_link(result, "call " + str(result["number"]))}' if result
-                else "its answer never reached the parent")
+        back = (
+            f"its answer went back in {call_link(result, 'call ' + str(result['number']))}"
+            if result
+            else "its answer never reached the parent"
+        )
         tie = f'<p class="tie-line">{started}; {back}. Its messages are thrown away.</p>'
-    settings = {key: value for key, value in request.items() if key not in ("system", "messages", "tools")}
-    return (f'<div class="lane-head lane-{lane["agent"]}" id="lane-{lane["index"]}" data-lane="{lane["index"]}" '
-            f'data-agent="{lane["agent"]}" data-task="{esc(lane["task"] or "")}" '
-            f'style="grid-column: {lane["index"] + 1}; grid-row: 1">'
-            f'<h3>{esc(lane["name"])}</h3>{tie}'
-            f'<details><summary>system prompt</summary><pre>{shown(str(request.get("system", "")))}</pre></details>'
-            f'<details><summary>tools: {esc(names or "none")}</summary>'
-            f'<pre>{shown(json.dumps(tools, indent=1, ensure_ascii=False), 6 * MAX_SHOWN)}</pre></details>'
-            f'<details><summary>other settings</summary><pre>{shown(json.dumps(settings, indent=1))}</pre></details>'
-            '</div>')
+    settings = {
+        key: value for key, value in request.items() if key not in ("system", "messages", "tools")
+    }
+    index, system = lane["index"], str(request.get("system", ""))
+    schemas = json.dumps(tools, indent=1, ensure_ascii=False)
+    return (
+        f'<div class="lane-head lane-{lane["agent"]}" id="lane-{index}" data-lane="{index}" '
+        f'data-agent="{lane["agent"]}" data-task="{esc(lane["task"] or "")}" '
+        f'style="grid-column: {index + 1}; grid-row: 1">'
+        f"<h3>{esc(lane['name'])}</h3>{tie}"
+        f"<details><summary>system prompt</summary><pre>{shown(system)}</pre></details>"
+        f"<details><summary>tools: {esc(names or 'none')}</summary>"
+        f"<pre>{shown(schemas, 6 * MAX_SHOWN)}</pre></details>"
+        "<details><summary>other settings</summary>"
+        f"<pre>{shown(json.dumps(settings, indent=1))}</pre></details></div>"
+    )
 
 
 def render_chart(calls: list) -> str:
@@ -375,17 +463,20 @@ def render_chart(calls: list) -> str:
             title = f"call {call['number']}, {lane['name']}: failed, no reply"
         bars.append(
             f'<a class="bar-slot" href="#call-{call["number"]}" title="{esc(title)}">'
-            f'<span class="bar lane-{lane["agent"]}" data-bar="{call["number"]}" data-tokens="{size}" '
-            f'data-cached="{cached}" style="height: {height:.2f}px">'
+            f'<span class="bar lane-{lane["agent"]}" data-bar="{call["number"]}" '
+            f'data-tokens="{size}" data-cached="{cached}" style="height: {height:.2f}px">'
             f'<span class="cached" style="height: {cached_height:.2f}px"></span></span>'
-            f'<span class="bar-label">{call["number"]}</span></a>')
-    return (f'<div class="chart"><div class="axis"><span>{tallest:,}</span><span>0</span></div>'
-            f'<div class="bars" style="height: {BAR_HEIGHT}px">{"".join(bars)}</div></div>'
-            '<p class="legend"><span class="swatch lane-parent"></span> parent '
-            '<span class="swatch lane-child"></span> child '
-            '<span class="swatch cached-swatch"></span> read from the cache. '
-            'Bar height: the tokens the model read for that call (input, cached or not). '
-            'The numbers are the calls, in order; click one to see it.</p>')
+            f'<span class="bar-label">{call["number"]}</span></a>'
+        )
+    return (
+        f'<div class="chart"><div class="axis"><span>{tallest:,}</span><span>0</span></div>'
+        f'<div class="bars" style="height: {BAR_HEIGHT}px">{"".join(bars)}</div></div>'
+        '<p class="legend"><span class="swatch lane-parent"></span> parent '
+        '<span class="swatch lane-child"></span> child '
+        '<span class="swatch cached-swatch"></span> read from the cache. '
+        "Bar height: the tokens the model read for that call (input, cached or not). "
+        "The numbers are the calls, in order; click one to see it.</p>"
+    )
 
 
 def render_totals(lanes: list) -> str:
@@ -394,38 +485,56 @@ def render_totals(lanes: list) -> str:
         if not lane["calls"]:
             continue
         usages = [usage_of(call) for call in lane["calls"]]
-        seconds = [call["seconds"] for call in lane["calls"] if isinstance(call["seconds"], (int, float))]
+        seconds = [
+            call["seconds"] for call in lane["calls"] if isinstance(call["seconds"], (int, float))
+        ]
         time_text = f"{sum(seconds):.1f}s" if seconds else "not recorded"
-        rows.append(f'<tr data-totals="{lane["index"]}"><td>{esc(lane["name"])}</td><td>{len(lane["calls"])}</td>'
-                    f'<td>{sum(context_size(call) for call in lane["calls"]):,}</td>'
-                    f'<td>{sum(usage["cache_read_input_tokens"] for usage in usages):,}</td>'
-                    f'<td>{sum(usage["output_tokens"] for usage in usages):,}</td><td>{time_text}</td></tr>')
-    return ('<table class="totals"><tr><th>agent</th><th>calls</th><th>input tokens (all)</th>'
-            '<th>of which from cache</th><th>output tokens</th><th>time</th></tr>' + "".join(rows) + '</table>')
+        rows.append(
+            f'<tr data-totals="{lane["index"]}"><td>{esc(lane["name"])}</td>'
+            f"<td>{len(lane['calls'])}</td>"
+            f"<td>{sum(context_size(call) for call in lane['calls']):,}</td>"
+            f"<td>{sum(usage['cache_read_input_tokens'] for usage in usages):,}</td>"
+            f"<td>{sum(usage['output_tokens'] for usage in usages):,}</td><td>{time_text}</td></tr>"
+        )
+    return (
+        '<table class="totals"><tr><th>agent</th><th>calls</th><th>input tokens (all)</th>'
+        "<th>of which from cache</th><th>output tokens</th><th>time</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def render_timeline(calls: list, lanes: list) -> str:
-    tool_names = {block.get("id"): block.get("name") for call in calls for block in reply_blocks(call)
-                  if block.get("type") == "tool_use"}
+    tool_names = {
+        block.get("id"): block.get("name")
+        for call in calls
+        for block in reply_blocks(call)
+        if block.get("type") == "tool_use"
+    }
     cells = [render_lane_head(lane) for lane in lanes if lane["calls"]]
     row, last_turn, last_session = 2, None, None
     for call in calls:
-        if call["agent"] == "parent" and (call["session"], call["turn"]) != (last_session, last_turn):
+        starts_turn = (call["session"], call["turn"]) != (last_session, last_turn)
+        if call["agent"] == "parent" and starts_turn:
             if call["session"] != last_session and call["session"]:
-                cells.append(f'<div class="divider session" style="grid-row: {row}">session '
-                             f'{esc(call["session"])} {esc(call["time"] or "")}</div>')
+                cells.append(
+                    f'<div class="divider session" style="grid-row: {row}">session '
+                    f"{esc(call['session'])} {esc(call['time'] or '')}</div>"
+                )
                 row += 1
-            typed = [m for m in call["new"] if m.get("role") == "user" and isinstance(m.get("content"), str)]
+            typed = typed_messages(call)
             words = f": {typed[-1]['content']}" if typed else ""
-            cells.append(f'<div class="divider turn" style="grid-row: {row}">turn {esc(call["turn"])}'
-                         f'{shown(words, 200)}</div>')
+            cells.append(
+                f'<div class="divider turn" style="grid-row: {row}">turn {esc(call["turn"])}'
+                f"{shown(words, 200)}</div>"
+            )
             row += 1
             last_turn, last_session = call["turn"], call["session"]
         cells.append(render_call(call, lanes, tool_names, row))
         row += 1
     columns = len([lane for lane in lanes if lane["calls"]])
-    return (f'<div class="timeline" style="grid-template-columns: repeat({columns}, minmax(22rem, 1fr))">'
-            f'{"".join(cells)}</div>')
+    lanes_style = f"grid-template-columns: repeat({columns}, minmax(22rem, 1fr))"
+    return f'<div class="timeline" style="{lanes_style}">{"".join(cells)}</div>'
 
 
 STYLE = """
@@ -494,13 +603,14 @@ def render_page(calls: list, title: str) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
         '<link rel="icon" href="data:,">'
-        f'<title>{esc(title)}</title><style>{STYLE}</style></head><body>'
-        f'<h1>{esc(title)}</h1><p>{esc(", ".join(facts))}. Each call shows what its request added '
-        'since that agent\'s previous call, then the reply.</p>'
-        f'<h2>Context size per call</h2>{render_chart(calls)}'
-        f'<h2>Totals per agent</h2>{render_totals(lanes)}'
-        f'<h2>Timeline: one lane per agent</h2>{render_timeline(calls, lanes)}'
-        '</body></html>\n')
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{esc(title)}</h1><p>{esc(', '.join(facts))}. Each call shows what its request added "
+        "since that agent's previous call, then the reply.</p>"
+        f"<h2>Context size per call</h2>{render_chart(calls)}"
+        f"<h2>Totals per agent</h2>{render_totals(lanes)}"
+        f"<h2>Timeline: one lane per agent</h2>{render_timeline(calls, lanes)}"
+        "</body></html>\n"
+    )
 
 
 def write_page(transcript: Path, page: Path) -> Path:
@@ -511,9 +621,15 @@ def write_page(transcript: Path, page: Path) -> Path:
 
 
 def main(argv: list) -> int:
-    parser = argparse.ArgumentParser(prog="python tests/view.py", description=__doc__.splitlines()[0])
-    parser.add_argument("transcript", type=Path, help="a TRANSCRIPT file: one JSON line per model call")
-    parser.add_argument("-o", "--output", type=Path, help="the page to write (default: beside it, .html)")
+    parser = argparse.ArgumentParser(
+        prog="python tests/view.py", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "transcript", type=Path, help="a TRANSCRIPT file: one JSON line per model call"
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, help="the page to write (default: beside it, .html)"
+    )
     options = parser.parse_args(argv)
     if not options.transcript.is_file():
         print(f"no such file: {options.transcript}", file=sys.stderr)
