@@ -169,13 +169,13 @@ class Browser:
         ]
 
 
-def screenshot_problem(
-    page: Path, picture: Path, width: int = 1200, height: int = 1100
-) -> str | None:
-    """Take a picture of the top of `page`; return None, or why it could not be taken."""
+def screenshot_problem(page: Path, picture: Path, width: int = 1100) -> str | None:
+    """Take a picture of the whole of `page` (at most 3,000 pixels of it); return None, or why it
+    could not be taken."""
     if chromium() is None:
         return "no picture: chromium is not installed (Debian package: chromium)"
-    with Browser(width, height) as browser:
+    with Browser(width, 900) as browser:
         browser.open(page)
-        browser.screenshot(picture)
+        height = browser.evaluate("document.documentElement.scrollHeight")
+        browser.screenshot(picture, min(height, 3000))
     return None

@@ -144,7 +144,8 @@ def show_request_once(request: dict) -> None:
 
 def show_new_messages(call: dict) -> None:
     """The messages of a request that the agent's previous request did not hold, block by block."""
-    print(f"sent: {len(view.messages_of(call))} messages, new since this agent's last call:")
+    count = len(view.messages_of(call))
+    print(f"sent: {count} message{'' if count == 1 else 's'}, new since this agent's last call:")
     new = call["new"]
     if call["repeats_reply"]:
         print(f"  {'assistant':<10} (its reply above)")
@@ -220,8 +221,8 @@ def show_message_lists(messages: list, transcript: Path) -> None:
         if last["response"]:
             held = [*held, {"role": "assistant", "content": last["response"]["content"]}]
         columns.append(message_list_column(f"{lane['name']} (thrown away)", held))
-    print("\n=== the message lists at the end (sizes estimated: characters / 4; "
-          "each agent also sends its system prompt and tools) ===")
+    print("\n=== the message lists at the end "
+          "(~tokens: characters / 4; system prompt and tools not shown) ===")
     for row in itertools.zip_longest(*columns, fillvalue=""):
         print("   ".join(f"{cell:<38}" for cell in row).rstrip())
 
@@ -278,7 +279,7 @@ def main(argv: list) -> int:
                        help="every request and reply whole")
     parser.add_argument("--html", type=Path, metavar="PAGE.html", help="write a page of the run")
     parser.add_argument("--png", type=Path, metavar="PICTURE.png",
-                        help="and a picture of its top (needs chromium)")
+                        help="and a picture of it (needs chromium)")
     try:
         options = parser.parse_args(argv)
     except SystemExit as stop:  # argparse has printed the usage

@@ -176,7 +176,7 @@ def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
 
 def record_a_bad_run(stage, transcript, workspace) -> None:
     """A session with a child whose command is refused, a file of hostile text, an API error and a
-    model refusal, recorded by the stage's own TRANSCRIPT feature against a scripted model."""
+    model refusal, against a scripted model (the stage's TRANSCRIPT setting records it)."""
     (workspace / "notes.html").write_text(HOSTILE)
     script = [
         reply(tool("task", description=HOSTILE, prompt="Read notes.html, and try sudo.")),
@@ -189,16 +189,12 @@ def record_a_bad_run(stage, transcript, workspace) -> None:
     ]
     with FakeAPI(script) as api:
         stage.WORKDIR, stage.client = workspace, api.client()
-        os.environ["TRANSCRIPT"] = str(transcript)
-        try:
-            messages = []
-            for typed in ("What is in notes.html?", "And now?", "Something forbidden"):
-                stage.run_turn(messages, typed)
-        finally:
-            del os.environ["TRANSCRIPT"]
+        messages = []
+        for typed in ("What is in notes.html?", "And now?", "Something forbidden"):
+            stage.run_turn(messages, typed)
 
 
-def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, capsys):
+def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, capsys, monkeypatch):
     """A run with a refused command, an API error (no reply; the new `error` field is shown when
     the line has it) and a model refusal, full of `<script>` and `onerror=`: in Chromium, no script
     runs (the title is unchanged, the page holds no script or image element), the hostile text is
@@ -206,6 +202,7 @@ def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, cap
     empty), and the page reports no errors."""
     workspace, transcript, page = tmp_path / "work", tmp_path / "wire.jsonl", tmp_path / "bad.html"
     workspace.mkdir()
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
     record_a_bad_run(importlib.import_module("s04_subagent"), transcript, workspace)
     lines = with_new_fields(read_lines(transcript))
     failed = [line for line in lines if line["response"] is None]

@@ -296,7 +296,9 @@ def render_block(block: dict, lanes: list, tool_names: dict) -> str:
             if child
             else ""
         )
-        arguments = json.dumps(block.get("input"), indent=1, ensure_ascii=False)
+        arguments = json.dumps(block.get("input"), ensure_ascii=False)
+        if len(arguments) > 60:  # one argument a line when they do not fit on one
+            arguments = json.dumps(block.get("input"), indent=1, ensure_ascii=False)
         return (
             f'<div class="block tool-use" id="use-{esc(use_id)}" data-tool-use="{esc(use_id)}">'
             f'<div class="label">tool call <b>{esc(block.get("name"))}</b>{tie}</div>'
@@ -459,17 +461,19 @@ def render_chart(calls: list) -> str:
         height, cached_height = BAR_HEIGHT * size / tallest, BAR_HEIGHT * cached / tallest
         lane = call["lane"]
         title = f"call {call['number']}, {lane['name']}: {size:,} tokens, {cached:,} from cache"
+        value = f"{size:,}"
         if call["response"] is None:
-            title = f"call {call['number']}, {lane['name']}: failed, no reply"
+            title, value = f"call {call['number']}, {lane['name']}: failed, no reply", "failed"
         bars.append(
             f'<a class="bar-slot" href="#call-{call["number"]}" title="{esc(title)}">'
+            f'<span class="bar-value">{value}</span>'
             f'<span class="bar lane-{lane["agent"]}" data-bar="{call["number"]}" '
             f'data-tokens="{size}" data-cached="{cached}" style="height: {height:.2f}px">'
             f'<span class="cached" style="height: {cached_height:.2f}px"></span></span>'
             f'<span class="bar-label">{call["number"]}</span></a>'
         )
     return (
-        f'<div class="chart"><div class="axis"><span>{tallest:,}</span><span>0</span></div>'
+        f'<div class="chart"><div class="axis"><span>{tallest:,} tokens</span><span>0</span></div>'
         f'<div class="bars" style="height: {BAR_HEIGHT}px">{"".join(bars)}</div></div>'
         '<p class="legend"><span class="swatch lane-parent"></span> parent '
         '<span class="swatch lane-child"></span> child '
@@ -512,7 +516,7 @@ def render_timeline(calls: list, lanes: list) -> str:
         if block.get("type") == "tool_use"
     }
     cells = [render_lane_head(lane) for lane in lanes if lane["calls"]]
-    row, last_turn, last_session = 2, None, None
+    row, last_turn, last_session, rows = 2, None, None, {}
     for call in calls:
         starts_turn = (call["session"], call["turn"]) != (last_session, last_turn)
         if call["agent"] == "parent" and starts_turn:
@@ -531,7 +535,14 @@ def render_timeline(calls: list, lanes: list) -> str:
             row += 1
             last_turn, last_session = call["turn"], call["session"]
         cells.append(render_call(call, lanes, tool_names, row))
+        rows[call["number"]] = row
         row += 1
+    for child in lanes[1:]:  # the parent waits while its child works
+        first, last = rows[child["calls"][0]["number"]], rows[child["calls"][-1]["number"]]
+        cells.append(
+            f'<div class="waiting" style="grid-column: 1; grid-row: {first} / {last + 1}">'
+            f"waiting for {esc(child['name'])}: the task call blocks until it is done</div>"
+        )
     columns = len([lane for lane in lanes if lane["calls"]])
     lanes_style = f"grid-template-columns: repeat({columns}, minmax(22rem, 1fr))"
     return f'<div class="timeline" style="{lanes_style}">{"".join(cells)}</div>'
@@ -544,12 +555,13 @@ h3 { font-size: 1rem; margin: 0 0 .3rem; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; font: 12px/1.35 monospace; }
 .chart { display: flex; gap: .4rem; align-items: stretch; }
 .axis { display: flex; flex-direction: column; justify-content: space-between; font-size: 11px;
-        text-align: right; height: 180px; color: #4a5568; }
+        text-align: right; height: 180px; color: #4a5568; padding-top: 16px; margin-top: -6px; }
 .bars { display: flex; align-items: flex-end; gap: 6px; border-left: 1px solid #718096;
-        border-bottom: 1px solid #718096; padding: 0 6px; }
+        border-bottom: 1px solid #718096; padding: 16px 6px 0; }
+.bar-value { font-size: 10px; color: #4a5568; }
 .bar-slot { display: flex; flex-direction: column; align-items: center; justify-content: flex-end;
             height: 100%; text-decoration: none; color: #4a5568; font-size: 11px; }
-.bar { display: flex; flex-direction: column; justify-content: flex-end; width: 26px; }
+.bar { display: flex; flex-direction: column; justify-content: flex-end; width: 34px; }
 .bar.lane-parent, .swatch.lane-parent { background: #2b6cb0; }
 .bar.lane-child, .swatch.lane-child { background: #dd6b20; }
 .cached, .cached-swatch { background: repeating-linear-gradient(45deg, rgba(255,255,255,.75) 0 3px,
@@ -570,7 +582,11 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; font: 12p
 .call.lane-parent { border-color: #2b6cb0; } .call.lane-child { border-color: #dd6b20; }
 .call-head { font-size: 12px; color: #4a5568; font-weight: 600; }
 .part { font-size: 12px; font-weight: 600; color: #2d3748; margin-top: .3rem; }
-.message { margin: .2rem 0 .2rem .3rem; } .role { font-size: 11px; color: #718096; }
+.message { display: grid; grid-template-columns: 4.2rem 1fr; margin: .2rem 0; }
+.role { font-size: 11px; color: #718096; padding-top: .3rem; }
+.message > .block { grid-column: 2; }
+.waiting { border: 2px dashed #a0aec0; color: #718096; font-size: 12px; padding: .5rem;
+           align-self: stretch; display: flex; align-items: center; justify-content: center; }
 .block { border: 1px solid #e2e8f0; border-radius: 3px; padding: .1rem .3rem; margin: .15rem 0; }
 .tool-use { background: #ebf8ff; } .tool-result { background: #f0fff4; }
 .tool-result.is-error { background: #fff5f5; border-color: #fc8181; }
