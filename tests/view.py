@@ -561,7 +561,8 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; font: 12p
 .bar-value { font-size: 10px; color: #4a5568; }
 .bar-slot { display: flex; flex-direction: column; align-items: center; justify-content: flex-end;
             height: 100%; text-decoration: none; color: #4a5568; font-size: 11px; }
-.bar { display: flex; flex-direction: column; justify-content: flex-end; width: 34px; }
+.bar { display: flex; flex-direction: column; justify-content: flex-end; width: 34px;
+       flex-shrink: 0; }
 .bar.lane-parent, .swatch.lane-parent { background: #2b6cb0; }
 .bar.lane-child, .swatch.lane-child { background: #dd6b20; }
 .cached, .cached-swatch { background: repeating-linear-gradient(45deg, rgba(255,255,255,.75) 0 3px,
