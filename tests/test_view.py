@@ -11,7 +11,7 @@ import browser
 import demo
 import pytest
 import view
-from conftest import ROOT
+from conftest import ROOT, clean_env, run_stage
 from fake_api import FakeAPI, api_error, reply, tool
 
 HOSTILE = (
@@ -311,3 +311,41 @@ def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
     """A transcript that does not exist gets one line and status 2, not a traceback."""
     assert view.main([str(tmp_path / "nowhere.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_two_subagents_of_one_turn_get_a_lane_each_tied_to_their_own_task(tmp_path):
+    """A real run: s04 as a program, its TRANSCRIPT setting on, a scripted model that starts two
+    children in one reply. The page has a lane per child, each tied to its own task call (by its
+    prompt when the lines do not name the task) and to the one result that carried its answer."""
+    (tmp_path / "a.py").write_text("print('hi')\n")
+    script = [
+        reply(
+            tool("task", description="one", prompt="List the files."),
+            tool("task", description="two", prompt="Read a.py."),
+        ),
+        reply(tool("list_dir")),
+        reply("a.py only."),  # child one
+        reply(tool("read_file", path="a.py")),
+        reply("It prints hi."),  # child two
+        reply("Both done."),
+    ]
+    with FakeAPI(script) as api:
+        env = clean_env(
+            ANTHROPIC_API_KEY="test",
+            ANTHROPIC_BASE_URL=api.url,
+            SANDBOX="off",
+            TRANSCRIPT=str(tmp_path / "wire.jsonl"),
+        )
+        done = run_stage(ROOT / "s04_subagent.py", "look\n", env, tmp_path)
+    assert "Both done." in done.stdout, done.stdout + done.stderr
+    calls = view.read_calls((tmp_path / "wire.jsonl").read_text().splitlines())
+    parent, one, two = view.build_lanes(calls)
+    task_one, task_two = calls[0]["response"]["content"]
+    assert [one["name"], two["name"]] == ["child 1: one", "child 2: two"]
+    assert [one["task"], two["task"]] == [task_one["id"], task_two["id"]]
+    assert [call["number"] for call in parent["calls"]] == [1, 6]
+    assert [call["number"] for call in one["calls"]] == [2, 3]
+    assert [call["number"] for call in two["calls"]] == [4, 5]
+    assert one["result_call"] is two["result_call"] is calls[5]
+    page = view.render_page(calls, "two children")
+    assert page.count('class="lane-head') == 3 and page.count('class="waiting"') == 2
