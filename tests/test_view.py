@@ -292,19 +292,34 @@ def test_the_viewer_cuts_a_long_tool_result_and_says_how_much(tmp_path):
 
 
 def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
-    """A broken line, a line that is not an object, or a call without a request shows as a call with
-    a note; it never stops the page from being written."""
+    """A broken line, a line that is not an object, a call without a request, or fields of the
+    wrong type (a message that is a number, a tool input that is a list, counts that are text)
+    show as calls, with a note where one is due; nothing stops the page from being written."""
+    odd_reply = {
+        "content": [7, {"type": "tool_use", "id": 3, "name": "task", "input": [1]}],
+        "usage": {"input_tokens": "many"},
+        "stop_reason": None,
+    }
+    odd = [
+        {"agent": "parent", "request": {"messages": []}, "response": None},
+        {
+            "agent": "parent",
+            "request": {"messages": [5, {"role": "user", "content": 9}]},
+            "response": odd_reply,
+            "time": 12,
+            "seconds": "long",
+            "turn": [1],
+        },
+        {"agent": "child", "task": ["x"], "request": {"messages": "all"}, "response": odd_reply},
+        {"agent": "martian", "request": [], "response": "yes", "error": {"why": "no"}},
+    ]
+    lines = [json.dumps(line) for line in odd[:2]] + ["not json", "[1, 2]", "{}"]
     transcript = tmp_path / "wire.jsonl"
-    transcript.write_text(
-        '{"agent": "parent", "request": {"messages": []}, "response": null}\nnot json\n[1, 2]\n{}\n'
-    )
+    transcript.write_text("\n".join(lines + [json.dumps(line) for line in odd[2:]]) + "\n")
     assert view.main([str(transcript)]) == 0
     page = (tmp_path / "wire.html").read_text()
-    assert (
-        page.count("data-call=") == 4
-        and "line 2 is not JSON" in page
-        and "line 3 is not a JSON object" in page
-    )
+    assert page.count("data-call=") == 7 == page.count("data-bar=")
+    assert "line 3 is not JSON" in page and "line 4 is not a JSON object" in page
 
 
 def test_the_viewer_explains_a_missing_file(tmp_path, capsys):

@@ -65,8 +65,17 @@ def read_calls(lines: list) -> list:
 
 
 def messages_of(call: dict) -> list:
+    """The messages a call sent (anything that is not a message is left out)."""
     messages = call["request"].get("messages")
-    return messages if isinstance(messages, list) else []
+    if not isinstance(messages, list):
+        return []
+    return [message for message in messages if isinstance(message, dict)]
+
+
+def arguments_of(block: dict) -> dict:
+    """A tool call's arguments; none when its input is not an object."""
+    arguments = block.get("input")
+    return arguments if isinstance(arguments, dict) else {}
 
 
 def blocks_of(content) -> list:
@@ -147,7 +156,7 @@ def new_lane(lanes: list, agent: str, task_use=None) -> dict:
     if task_use:
         lane["task"] = task_use["block"].get("id")
         lane["task_call"] = task_use["call"]
-        description = (task_use["block"].get("input") or {}).get("description")
+        description = arguments_of(task_use["block"]).get("description")
         if isinstance(description, str) and description:
             lane["name"] += f": {description}"
     lanes.append(lane)
@@ -162,9 +171,8 @@ def find_task_use(open_tasks: list, call: dict) -> dict | None:
         matches = [use for use in open_tasks if use["block"].get("id") == call["task"]]
     else:
         prompt = first_text(messages_of(call))
-        matches = [
-            use for use in waiting if (use["block"].get("input") or {}).get("prompt") == prompt
-        ] or waiting[:1]
+        matches = [use for use in waiting if arguments_of(use["block"]).get("prompt") == prompt]
+        matches = matches or waiting[:1]  # no prompt matches: the first task call still waiting
     if matches:
         matches[0]["taken"] = True
         return matches[0]
@@ -212,6 +220,15 @@ def typed_messages(call: dict) -> list:
     ]
 
 
+def note_answers(call: dict, lanes: list) -> None:
+    """Mark the child lanes whose answer this parent call carries, as the result of their task."""
+    for message in call["new"]:
+        for block in blocks_of(message.get("content")):
+            for child in lanes[1:]:
+                if child["task"] and block.get("tool_use_id") == child["task"]:
+                    child["result_call"] = child["result_call"] or call
+
+
 def build_lanes(calls: list) -> list:
     """Put each call in its lane (the parent's is the first), and work out what each call adds
     (see compare_with_previous) and its turn. Each child lane learns its task call and the
@@ -233,14 +250,10 @@ def build_lanes(calls: list) -> list:
             for block in reply_blocks(call):
                 if block.get("type") == "tool_use" and block.get("name") == "task":
                     open_tasks.append({"block": block, "call": call, "taken": False})
+            note_answers(call, lanes)
         else:
             started_by = lane["task_call"]
             call["turn"] = call["turn"] or (started_by["turn"] if started_by else None)
-        for message in call["new"]:  # where a child's answer reaches the parent
-            for block in blocks_of(message.get("content")):
-                for child in lanes[1:]:
-                    if child["task"] and block.get("tool_use_id") == child["task"]:
-                        child["result_call"] = child["result_call"] or call
         lane["calls"].append(call)
         previous = call
     return lanes
