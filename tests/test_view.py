@@ -291,12 +291,26 @@ def test_the_viewer_cuts_a_long_tool_result_and_says_how_much(tmp_path):
     assert f"[{50_000 - view.MAX_SHOWN:,} more characters cut here]" in page
 
 
+def test_what_the_wall_stopped_is_marked(tmp_path):
+    """A command that the wall (bubblewrap) kept from writing fails with "Read-only file system":
+    its result is marked as stopped by the wall, though the tool itself did not fail."""
+    walled = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "is_error": False,
+        "content": "touch: cannot touch '/usr/x': Read-only file system\n(exit code 1)",
+    }
+    line = {"request": {"messages": [{"role": "user", "content": [walled]}]}, "response": None}
+    page = view.render_page(view.read_calls([json.dumps(line)]), "walled")
+    assert "stopped by the wall" in page and "is_error</span>" not in page
+
+
 def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
     """A broken line, a line that is not an object, a call without a request, or fields of the
     wrong type (a message that is a number, a tool input that is a list, counts that are text)
     show as calls, with a note where one is due; nothing stops the page from being written."""
     odd_reply = {
-        "content": [7, {"type": "tool_use", "id": 3, "name": "task", "input": [1]}],
+        "content": [7, {"type": "tool_use", "id": [3], "name": "task", "input": [1]}],
         "usage": {"input_tokens": "many"},
         "stop_reason": None,
     }
@@ -304,7 +318,12 @@ def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
         {"agent": "parent", "request": {"messages": []}, "response": None},
         {
             "agent": "parent",
-            "request": {"messages": [5, {"role": "user", "content": 9}]},
+            "request": {
+                "messages": [
+                    5,
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": {}}]},
+                ]
+            },
             "response": odd_reply,
             "time": 12,
             "seconds": "long",

@@ -336,7 +336,7 @@ def render_block(block: dict, lanes: list, tool_names: dict) -> str:
                 f'<a class="tie" href="#lane-{child["index"]}">&larr; the answer of '
                 f"{esc(child['name'])}</a>"
             )
-        name = tool_names.get(use_id, "?")
+        name = tool_names.get(str(use_id), "?")
         return (
             f'<div class="{" ".join(classes)}" data-tool-result="{esc(use_id)}">'
             f'<div class="label">result of <b>{esc(name)}</b> {" ".join(marks)}</div>'
@@ -522,8 +522,8 @@ def render_totals(lanes: list) -> str:
 
 
 def render_timeline(calls: list, lanes: list) -> str:
-    tool_names = {
-        block.get("id"): block.get("name")
+    tool_names = {  # a tool_result names only the id of its call: this gives the tool's name
+        str(block.get("id")): block.get("name")
         for call in calls
         for block in reply_blocks(call)
         if block.get("type") == "tool_use"
