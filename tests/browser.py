@@ -34,25 +34,28 @@ class Browser:
     """One headless Chromium with one tab; use as a context manager."""
 
     def __init__(self, width: int = 1200, height: int = 900):
-        self.width, self.height = width, height
-        self.events, self.next_id, self.buffer = [], 0, b""
-        self.profile = tempfile.TemporaryDirectory()
-        to_browser, self.command_end = os.pipe()
-        self.answer_end, from_browser = os.pipe()
         program = chromium()
         if program is None:
             raise FileNotFoundError("chromium is not installed (Debian package: chromium)")
+        self.width, self.height = width, height
+        self.events, self.next_id, self.buffer, self.session = [], 0, b"", None
+        self.profile = tempfile.TemporaryDirectory()
         flags = [
             "--headless",
-            "--no-sandbox",
+            "--no-sandbox",  # it runs as root in CI
             "--disable-gpu",
+            "--hide-scrollbars",
             "--remote-debugging-pipe",
             "--no-first-run",
             "--no-default-browser-check",
-            "--hide-scrollbars",
+            "--disable-background-networking",  # no network of its own: no updates, no pings
+            "--disable-component-update",
+            "--no-pings",
             f"--user-data-dir={self.profile.name}",
             "about:blank",
         ]
+        to_browser, self.command_end = os.pipe()
+        self.answer_end, from_browser = os.pipe()
         # bash hands our two pipe ends to Chromium as its descriptors 3 and 4.
         wiring = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
         self.process = subprocess.Popen(
@@ -61,22 +64,23 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=(to_browser, from_browser),
+            start_new_session=True,  # its own process group, so that all of it can be ended
         )
-        os.close(to_browser)
+        os.close(to_browser)  # Chromium holds these ends now
         os.close(from_browser)
-        self.session = None
 
     def __enter__(self):
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
-            "sessionId"
-        ]
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.send(f"{domain}.enable")
-        self.send(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
-        )
+        try:
+            target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+            attached = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})
+            self.session = attached["sessionId"]
+            for domain in ("Page", "Runtime", "Log", "Network"):  # their events are collected
+                self.send(f"{domain}.enable")
+            window = {"width": self.width, "height": self.height, "deviceScaleFactor": 1}
+            self.send("Emulation.setDeviceMetricsOverride", {**window, "mobile": False})
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -120,17 +124,20 @@ class Browser:
                 return message.get("result", {})
             self.events.append(message)
 
-    def wait_for(self, event: str) -> dict:
+    def wait_for(self, event: str, since: int) -> dict:
+        """The first event of this kind among those after the first `since`, waiting for it."""
         while True:
-            message = self.read_message()
-            self.events.append(message)
-            if message.get("method") == event:
-                return message
+            for message in self.events[since:]:
+                if message.get("method") == event:
+                    return message
+            since = len(self.events)
+            self.events.append(self.read_message())
 
     def open(self, page: Path) -> None:
         """Load a local page and wait until it has loaded."""
+        before = len(self.events)
         self.send("Page.navigate", {"url": page.resolve().as_uri()})
-        self.wait_for("Page.loadEventFired")
+        self.wait_for("Page.loadEventFired", before)
 
     def evaluate(self, expression: str):
         """The value of a JavaScript expression in the page (run by DevTools, not by the page)."""
