@@ -121,7 +121,9 @@ def assert_heights_in_proportion(bars: list, lines: list) -> None:
     """One bar per call, its height proportional to the call's context size, the cached part too."""
     assert [bar["call"] for bar in bars] == list(range(1, len(lines) + 1))
     sizes = [context_size(line) for line in lines]
-    pixels_per_token = max(bar["height"] for bar in bars) / max(sizes)
+    tallest = max(bar["height"] for bar in bars)
+    assert abs(tallest - view.BAR_HEIGHT) < 1, "the largest context gets the tallest bar"
+    pixels_per_token = tallest / max(sizes)
     for bar, line, size in zip(bars, lines, sizes):
         assert abs(bar["height"] - size * pixels_per_token) < 1, (bar, size)
         cached = (line["response"] or {}).get("usage", {}).get("cache_read_input_tokens") or 0
@@ -167,10 +169,12 @@ def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
         "in order, top to bottom"
     )
     assert_heights_in_proportion(shown["bars"], lines)
-    assert (
-        "Read every file in src/" in calls[1]["text"]
-        and "What do the modules" not in calls[1]["text"]
-    )
+    assert "Read every file in src/" in calls[1]["text"], "the child's call shows its prompt"
+    assert "What do the modules" not in calls[1]["text"], "and nothing of the parent's"
+    if fields == "new":  # the time of each call, the session, and the time per agent
+        assert calls[0]["text"].startswith("call 1 · 15:40:00 · 1.5s")
+        assert "session 3f9a1c2e" in shown["text"]
+        assert "3.0s" in shown["text"] and "4.5s" in shown["text"]
     assert (tmp_path / "s04.png").read_bytes().startswith(b"\x89PNG")
 
 
