@@ -146,28 +146,22 @@ def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
     view.write_page(transcript, page)
     shown, errors, fetched = look_at(page, tmp_path / "s04.png")
 
-    assert not errors and all(url.startswith(("file:", "data:")) for url in fetched), (
-        errors,
-        fetched,
-    )
+    assert not errors, errors
+    assert all(url.startswith(("file:", "data:")) for url in fetched), "nothing from the network"
     parent, child = shown["lanes"]
     assert (parent["agent"], child["agent"]) == ("parent", "child")
     calls = shown["calls"]
     assert [call["call"] for call in calls] == [1, 2, 3, 4, 5]
     lefts = {lane: {call["left"] for call in calls if call["lane"] == lane} for lane in ("0", "1")}
-    assert len(lefts["0"]) == len(lefts["1"]) == 1 and min(lefts["1"]) > max(lefts["0"]), (
-        "lanes are columns"
-    )
+    assert len(lefts["0"]) == len(lefts["1"]) == 1, "each lane is one column"
+    assert min(lefts["1"]) > max(lefts["0"]), "the child's column is right of the parent's"
     assert [call["lane"] for call in calls] == ["0", "1", "1", "1", "0"]
     task_id = lines[0]["response"]["content"][-1]["id"]
     assert child["task"] == task_id and task_id in calls[0]["uses"]
-    assert child["links"][:2] == ["#call-1", "#call-5"], (
-        "the child names its task call and its result"
-    )
+    assert child["links"][:2] == ["#call-1", "#call-5"], "its task call, then its result"
     assert [result["id"] for result in calls[4]["results"]] == [task_id]
-    assert calls[0]["top"] < calls[1]["top"] < calls[3]["top"] < calls[4]["top"], (
-        "in order, top to bottom"
-    )
+    tops = [call["top"] for call in calls]
+    assert tops == sorted(tops), "in order, top to bottom"
     assert_heights_in_proportion(shown["bars"], lines)
     assert "Read every file in src/" in calls[1]["text"], "the child's call shows its prompt"
     assert "What do the modules" not in calls[1]["text"], "and nothing of the parent's"
@@ -217,22 +211,16 @@ def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, cap
     shown, errors, _ = look_at(page, tmp_path / "bad.png")
 
     assert not errors, errors
-    assert (
-        shown["title"].startswith("The run recorded in")
-        and shown["scripts"] == shown["images"] == 0
-    )
+    assert shown["title"].startswith("The run recorded in"), "no script ran"
+    assert shown["scripts"] == shown["images"] == 0, "no element came from the transcript"
     assert shown["text"].count("<script>document.title = 'taken over'</script>") >= 4
     calls = shown["calls"]
     assert len(calls) == len(lines) == 7
     refused = [result for call in calls for result in call["results"] if "sudo" in result["text"]]
-    assert (
-        len(refused) == 1
-        and "is-error" in refused[0]["classes"]
-        and "refused by the filter" in refused[0]["text"]
-    )
-    assert (
-        "no reply" in calls[5]["text"] and "API error 500: overloaded <script>" in calls[5]["text"]
-    )
+    assert len(refused) == 1 and "is-error" in refused[0]["classes"]
+    assert "refused by the filter" in refused[0]["text"]
+    assert "no reply" in calls[5]["text"]
+    assert "API error 500: overloaded <script>" in calls[5]["text"]
     assert "stop_reason: refusal" in calls[6]["text"]
     assert_heights_in_proportion(shown["bars"], lines)
     assert shown["bars"][5]["height"] == 0
