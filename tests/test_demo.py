@@ -61,14 +61,48 @@ def test_the_documented_demo_command_works_with_no_key(tmp_path):
     assert "SCRIPTED" in done.stdout and "= subagent:" in done.stdout
 
 
-def test_the_wire_option_shows_each_request_reply_and_the_message_list(capsys):
-    """`--wire` prints what the stage sent and got back on each model call (from its own TRANSCRIPT
-    feature), then the message list after each turn: what a learner with a key would find in the file."""
-    assert demo.main(["s01", "--wire"]) == 0
+def test_the_wire_option_shows_what_each_call_adds_and_the_tools_once(capsys):
+    """`--wire` prints, for each model call (from the stage's own TRANSCRIPT feature), only the
+    messages its request adds to that agent's previous one, then the reply; the system prompt and
+    the tool list are printed once per agent, not on every call."""
+    assert demo.main(["s04", "--wire"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- call ") == 5 and out.count("system prompt: ") == out.count("tools (") == 2
+    assert "  bash(command): Run a shell command" in out and "task(prompt, description?)" in out
+    asked = "user       text: What do the modules in src/ do?"
+    assert out.count(asked) == 1, "each message is shown once"
+    assert "got back: stop_reason tool_use" in out and "tool_result toolu_" in out
+    assert "(its reply above)" in out and len(out.splitlines()) < 120
+
+
+def test_the_wire_full_option_shows_each_request_and_reply_whole(capsys):
+    """`--wire-full` prints every request and reply as sent and received, then the message list
+    after each turn: what a learner with a key would find in the TRANSCRIPT file."""
+    assert demo.main(["s01", "--wire-full"]) == 0
     out = capsys.readouterr().out
     assert out.count("--- parent request ---") == out.count("--- parent response ---") == 2
     assert '"tool_choice": {' in out and '"stop_reason": "tool_use"' in out
     assert "--- the message list after this turn ---" in out and '"type": "tool_result"' in out
+
+
+def test_the_s04_demo_ends_with_both_message_lists_side_by_side(capsys):
+    """The parent keeps 4 messages; the child's 6, beside them, are thrown away: role, block types
+    and size of each, and the command that draws the run as a page."""
+    assert demo.main(["s04"]) == 0
+    out = capsys.readouterr().out.split("=== the message lists at the end")[1]
+    assert "parent (kept): 4 messages" in out
+    assert "child 1: survey src/ (thrown away): 6 messages" in out
+    [row] = [line for line in out.splitlines() if "tool_result x3" in line]
+    assert row.startswith(" " * 30) and row.split()[:2] == ["5", "user"], "no parent row beside"
+    assert "python tests/demo.py s04 --html run.html" in out
+
+
+def test_the_html_option_writes_a_page_of_the_run(tmp_path, capsys):
+    """`--html run.html` writes the page of tests/view.py for the demo's run, and says where."""
+    assert demo.main(["s04", "--html", str(tmp_path / "run.html")]) == 0
+    assert f"The picture of this run: {tmp_path / 'run.html'}" in capsys.readouterr().out
+    page = (tmp_path / "run.html").read_text()
+    assert page.count("data-call=") == page.count("data-bar=") == 5
 
 
 def test_the_demo_explains_its_usage(capsys):

@@ -1,0 +1,377 @@
+"""The page of a recorded run (tests/view.py), checked in a real browser: headless Chromium."""
+
+import datetime
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import browser
+import demo
+import pytest
+import view
+from conftest import ROOT, clean_env, run_stage
+from fake_api import FakeAPI, api_error, reply, tool
+
+HOSTILE = (
+    "<script>document.title = 'taken over'</script><img src=x onerror=\"document.title='img'\">"
+)
+
+
+@pytest.fixture(autouse=True)
+def restore_stages(monkeypatch):
+    """The demo points each stage's WORKDIR and client elsewhere; put them back after each test."""
+    for name in demo.STAGES.values():
+        stage = importlib.import_module(name)
+        monkeypatch.setattr(stage, "WORKDIR", stage.WORKDIR)
+        monkeypatch.setattr(stage, "client", stage.client)
+
+
+def open_browser() -> browser.Browser:
+    """A headless Chromium. Without one the test is skipped, but not in CI (CI=true): it fails."""
+    if browser.chromium() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed in CI: .ci/run installs it when missing")
+        pytest.skip("chromium is not installed (Debian package chromium; .ci/run installs it)")
+    return browser.Browser(width=1200, height=900)
+
+
+def with_new_fields(lines: list) -> list:
+    """The transcript as the stages will write it once they record time, seconds, session, turn
+    and, for a child, the id of the task call that started it (fields already there are kept)."""
+    start = datetime.datetime(2026, 12, 1, 15, 40, tzinfo=datetime.UTC)
+    turn, waiting_tasks, task = 0, [], None
+    for number, line in enumerate(lines):
+        line.setdefault("time", (start + datetime.timedelta(seconds=2 * number)).isoformat())
+        line.setdefault("seconds", 1.5)
+        line.setdefault("session", "3f9a1c2e")
+        messages = line["request"]["messages"]
+        if line.get("agent", "parent") == "parent":
+            if isinstance(messages[-1]["content"], str):  # the user typed it: a new turn
+                turn += 1
+            blocks = (line["response"] or {}).get("content", [])
+            waiting_tasks += [block["id"] for block in blocks if block.get("name") == "task"]
+        elif len(messages) == 1:  # a child's first call: the next task call started it
+            task = waiting_tasks.pop(0)
+        line.setdefault("turn", turn)
+        if line.get("agent") == "child":
+            line.setdefault("task", task)
+    return lines
+
+
+def old_format(lines: list) -> list:
+    """The transcript as the first stages wrote it: agent, request, response, and no agent at all
+    on the parent's lines (every line without one is the parent's)."""
+    old = []
+    for line in lines:
+        agent = {"agent": "child"} if line.get("agent") == "child" else {}
+        old.append({**agent, "request": line["request"], "response": line["response"]})
+    return old
+
+
+def read_lines(transcript) -> list:
+    return [json.loads(line) for line in transcript.read_text().splitlines()]
+
+
+def write_lines(transcript, lines: list) -> None:
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def context_size(line: dict) -> int:
+    """The context size of a call, read from the transcript line itself (not from the page)."""
+    usage = (line["response"] or {}).get("usage", {})
+    return sum(
+        usage.get(name) or 0
+        for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+
+
+# What the browser measures on the page, as one JSON value.
+MEASURE = """JSON.stringify({
+  title: document.title,
+  scripts: document.scripts.length,
+  images: document.images.length,
+  text: document.body.innerText,
+  lanes: [...document.querySelectorAll('.lane-head[data-lane]')].map(e => ({
+    lane: e.dataset.lane, agent: e.dataset.agent, task: e.dataset.task,
+    links: [...e.querySelectorAll('a')].map(a => a.getAttribute('href'))})),
+  calls: [...document.querySelectorAll('[data-call]')].map(e => ({
+    call: +e.dataset.call, lane: e.dataset.lane, left: e.getBoundingClientRect().left,
+    top: e.getBoundingClientRect().top, text: e.innerText,
+    uses: [...e.querySelectorAll('[data-tool-use]')].map(u => u.dataset.toolUse),
+    results: [...e.querySelectorAll('[data-tool-result]')].map(r => ({
+      id: r.dataset.toolResult, classes: r.className, text: r.innerText}))})),
+  bars: [...document.querySelectorAll('[data-bar]')].map(e => ({
+    call: +e.dataset.bar, height: e.getBoundingClientRect().height,
+    cached: e.querySelector('.cached').getBoundingClientRect().height})),
+})"""
+
+
+def look_at(page, picture) -> tuple:
+    """Open the page in headless Chromium: what it shows, the errors it reported, what it loaded."""
+    with open_browser() as chromium:
+        chromium.open(page)
+        shown = json.loads(chromium.evaluate(MEASURE))
+        chromium.screenshot(picture)
+        return shown, chromium.errors(), chromium.requested()
+
+
+def assert_heights_in_proportion(bars: list, lines: list) -> None:
+    """One bar per call, its height proportional to the call's context size, the cached part too."""
+    assert [bar["call"] for bar in bars] == list(range(1, len(lines) + 1))
+    sizes = [context_size(line) for line in lines]
+    tallest = max(bar["height"] for bar in bars)
+    assert abs(tallest - view.BAR_HEIGHT) < 1, "the largest context gets the tallest bar"
+    pixels_per_token = tallest / max(sizes)
+    for bar, line, size in zip(bars, lines, sizes):
+        assert abs(bar["height"] - size * pixels_per_token) < 1, (bar, size)
+        cached = (line["response"] or {}).get("usage", {}).get("cache_read_input_tokens") or 0
+        assert abs(bar["cached"] - cached * pixels_per_token) < 1, (bar, cached)
+
+
+@pytest.mark.parametrize("fields", ["old", "new"])
+def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
+    fields, tmp_path, capsys
+):
+    """Render the s04 demo's transcript and open it in Chromium: two lanes side by side (every
+    parent call in one column, every child call in another), one bar per call with heights in
+    proportion to the context sizes, the child lane tied to the task call before it and to the
+    result after it. Old transcripts (no time, turn, session or task; no "agent" on the parent's
+    lines) work too. A screenshot lands in the test's folder."""
+    transcript, page = tmp_path / "wire.jsonl", tmp_path / "run.html"
+    demo.run_demo("s04", keep=transcript)
+    lines = read_lines(transcript)
+    write_lines(transcript, old_format(lines) if fields == "old" else with_new_fields(lines))
+    view.write_page(transcript, page)
+    shown, errors, fetched = look_at(page, tmp_path / "s04.png")
+
+    assert not errors, errors
+    assert all(url.startswith(("file:", "data:")) for url in fetched), "nothing from the network"
+    parent, child = shown["lanes"]
+    assert (parent["agent"], child["agent"]) == ("parent", "child")
+    calls = shown["calls"]
+    assert [call["call"] for call in calls] == [1, 2, 3, 4, 5]
+    lefts = {lane: {call["left"] for call in calls if call["lane"] == lane} for lane in ("0", "1")}
+    assert len(lefts["0"]) == len(lefts["1"]) == 1, "each lane is one column"
+    assert min(lefts["1"]) > max(lefts["0"]), "the child's column is right of the parent's"
+    assert [call["lane"] for call in calls] == ["0", "1", "1", "1", "0"]
+    task_id = lines[0]["response"]["content"][-1]["id"]
+    assert child["task"] == task_id and task_id in calls[0]["uses"]
+    assert child["links"][:2] == ["#call-1", "#call-5"], "its task call, then its result"
+    assert [result["id"] for result in calls[4]["results"]] == [task_id]
+    tops = [call["top"] for call in calls]
+    assert tops == sorted(tops), "in order, top to bottom"
+    assert_heights_in_proportion(shown["bars"], lines)
+    assert "Read every file in src/" in calls[1]["text"], "the child's call shows its prompt"
+    assert "What do the modules" not in calls[1]["text"], "and nothing of the parent's"
+    if fields == "new":  # the time of each call, the session, and the time per agent
+        assert calls[0]["text"].startswith("call 1 · 15:40:00 · 1.5s")
+        assert "session 3f9a1c2e" in shown["text"]
+        assert "3.0s" in shown["text"] and "4.5s" in shown["text"]
+    assert (tmp_path / "s04.png").read_bytes().startswith(b"\x89PNG")
+
+
+def record_a_bad_run(stage, transcript, workspace) -> None:
+    """A session with a child whose command is refused, a file of hostile text, an API error and a
+    model refusal, against a scripted model (the stage's TRANSCRIPT setting records it)."""
+    (workspace / "notes.html").write_text(HOSTILE)
+    script = [
+        reply(tool("task", description=HOSTILE, prompt="Read notes.html, and try sudo.")),
+        reply(tool("bash", command="sudo cat /etc/shadow")),  # the child: refused by the filter
+        reply(tool("read_file", path="notes.html")),
+        reply(f"notes.html holds {HOSTILE}"),
+        reply("The file holds markup."),  # the parent again
+        api_error(500, f"overloaded {HOSTILE}"),  # turn 2 fails, and is dropped
+        reply("I will not do that.", stop_reason="refusal"),  # turn 3: the model refuses
+    ]
+    with FakeAPI(script) as api:
+        stage.WORKDIR, stage.client = workspace, api.client()
+        messages = []
+        for typed in ("What is in notes.html?", "And now?", "Something forbidden"):
+            stage.run_turn(messages, typed)
+
+
+def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, capsys, monkeypatch):
+    """A run with a refused command, an API error (no reply; the new `error` field is shown when
+    the line has it) and a model refusal, full of `<script>` and `onerror=`: in Chromium, no script
+    runs (the title is unchanged, the page holds no script or image element), the hostile text is
+    shown as text, the refusal and the error are marked, every call has its bar (a failed call's is
+    empty), and the page reports no errors."""
+    workspace, transcript, page = tmp_path / "work", tmp_path / "wire.jsonl", tmp_path / "bad.html"
+    workspace.mkdir()
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    record_a_bad_run(importlib.import_module("s04_subagent"), transcript, workspace)
+    lines = with_new_fields(read_lines(transcript))
+    failed = [line for line in lines if line["response"] is None]
+    assert len(failed) == 1
+    failed[0]["error"] = f"API error 500: overloaded {HOSTILE}"
+    write_lines(transcript, lines)
+    view.write_page(transcript, page)
+    shown, errors, _ = look_at(page, tmp_path / "bad.png")
+
+    assert not errors, errors
+    assert shown["title"].startswith("The run recorded in"), "no script ran"
+    assert shown["scripts"] == shown["images"] == 0, "no element came from the transcript"
+    assert shown["text"].count("<script>document.title = 'taken over'</script>") >= 4
+    calls = shown["calls"]
+    assert len(calls) == len(lines) == 7
+    refused = [result for call in calls for result in call["results"] if "sudo" in result["text"]]
+    assert len(refused) == 1 and "is-error" in refused[0]["classes"]
+    assert "refused by the filter" in refused[0]["text"]
+    assert "no reply" in calls[5]["text"]
+    assert "API error 500: overloaded <script>" in calls[5]["text"]
+    assert "stop_reason: refusal" in calls[6]["text"]
+    assert_heights_in_proportion(shown["bars"], lines)
+    assert shown["bars"][5]["height"] == 0
+    assert (tmp_path / "bad.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_viewer_writes_one_page_and_prints_its_path(tmp_path):
+    """`python tests/view.py wire.jsonl -o page.html`: the page is written, its path printed, and it
+    loads nothing from elsewhere (no script, no stylesheet, no font)."""
+    transcript = tmp_path / "wire.jsonl"
+    write_lines(
+        transcript,
+        [
+            {
+                "request": {"messages": [{"role": "user", "content": "hi"}]},
+                "response": {
+                    "content": [{"type": "text", "text": "hello"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 10, "output_tokens": 2},
+                },
+            }
+        ],
+    )
+    done = subprocess.run(
+        [sys.executable, "tests/view.py", str(transcript), "-o", str(tmp_path / "page.html")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "page.html")
+    text = (tmp_path / "page.html").read_text()
+    assert (
+        "hello" in text and "<script" not in text and "http" not in text.replace("http-equiv", "")
+    )
+
+
+def test_the_viewer_cuts_a_long_tool_result_and_says_how_much(tmp_path):
+    """A tool result of 50,000 characters is shown cut, with a note of the characters left out."""
+    long_result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "x" * 50_000,
+        "is_error": False,
+    }
+    calls = view.read_calls(
+        [
+            json.dumps(
+                {
+                    "request": {"messages": [{"role": "user", "content": [long_result]}]},
+                    "response": None,
+                }
+            )
+        ]
+    )
+    page = view.render_page(calls, "long")
+    assert "x" * view.MAX_SHOWN in page and "x" * (view.MAX_SHOWN + 1) not in page
+    assert f"[{50_000 - view.MAX_SHOWN:,} more characters cut here]" in page
+
+
+def test_what_the_wall_stopped_is_marked(tmp_path):
+    """A command that the wall (bubblewrap) kept from writing fails with "Read-only file system":
+    its result is marked as stopped by the wall, though the tool itself did not fail."""
+    walled = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "is_error": False,
+        "content": "touch: cannot touch '/usr/x': Read-only file system\n(exit code 1)",
+    }
+    line = {"request": {"messages": [{"role": "user", "content": [walled]}]}, "response": None}
+    page = view.render_page(view.read_calls([json.dumps(line)]), "walled")
+    assert "stopped by the wall" in page and "is_error</span>" not in page
+
+
+def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
+    """A broken line, a line that is not an object, a call without a request, or fields of the
+    wrong type (a message that is a number, a tool input that is a list, counts that are text)
+    show as calls, with a note where one is due; nothing stops the page from being written."""
+    odd_reply = {
+        "content": [7, {"type": "tool_use", "id": [3], "name": "task", "input": [1]}],
+        "usage": {"input_tokens": "many"},
+        "stop_reason": None,
+    }
+    odd = [
+        {"agent": "parent", "request": {"messages": []}, "response": None},
+        {
+            "agent": "parent",
+            "request": {
+                "messages": [
+                    5,
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": {}}]},
+                ]
+            },
+            "response": odd_reply,
+            "time": 12,
+            "seconds": "long",
+            "turn": [1],
+        },
+        {"agent": "child", "task": ["x"], "request": {"messages": "all"}, "response": odd_reply},
+        {"agent": "martian", "request": [], "response": "yes", "error": {"why": "no"}},
+    ]
+    lines = [json.dumps(line) for line in odd[:2]] + ["not json", "[1, 2]", "{}"]
+    transcript = tmp_path / "wire.jsonl"
+    transcript.write_text("\n".join(lines + [json.dumps(line) for line in odd[2:]]) + "\n")
+    assert view.main([str(transcript)]) == 0
+    page = (tmp_path / "wire.html").read_text()
+    assert page.count("data-call=") == 7 == page.count("data-bar=")
+    assert "line 3 is not JSON" in page and "line 4 is not a JSON object" in page
+
+
+def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
+    """A transcript that does not exist gets one line and status 2, not a traceback."""
+    assert view.main([str(tmp_path / "nowhere.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_two_subagents_of_one_turn_get_a_lane_each_tied_to_their_own_task(tmp_path):
+    """A real run: s04 as a program, its TRANSCRIPT setting on, a scripted model that starts two
+    children in one reply. The page has a lane per child, each tied to its own task call (by its
+    prompt when the lines do not name the task) and to the one result that carried its answer."""
+    (tmp_path / "a.py").write_text("print('hi')\n")
+    script = [
+        reply(
+            tool("task", description="one", prompt="List the files."),
+            tool("task", description="two", prompt="Read a.py."),
+        ),
+        reply(tool("list_dir")),
+        reply("a.py only."),  # child one
+        reply(tool("read_file", path="a.py")),
+        reply("It prints hi."),  # child two
+        reply("Both done."),
+    ]
+    with FakeAPI(script) as api:
+        env = clean_env(
+            ANTHROPIC_API_KEY="test",
+            ANTHROPIC_BASE_URL=api.url,
+            SANDBOX="off",
+            TRANSCRIPT=str(tmp_path / "wire.jsonl"),
+        )
+        done = run_stage(ROOT / "s04_subagent.py", "look\n", env, tmp_path)
+    assert "Both done." in done.stdout, done.stdout + done.stderr
+    calls = view.read_calls((tmp_path / "wire.jsonl").read_text().splitlines())
+    parent, one, two = view.build_lanes(calls)
+    task_one, task_two = calls[0]["response"]["content"]
+    assert [one["name"], two["name"]] == ["child 1: one", "child 2: two"]
+    assert [one["task"], two["task"]] == [task_one["id"], task_two["id"]]
+    assert [call["number"] for call in parent["calls"]] == [1, 6]
+    assert [call["number"] for call in one["calls"]] == [2, 3]
+    assert [call["number"] for call in two["calls"]] == [4, 5]
+    assert one["result_call"] is two["result_call"] is calls[5]
+    page = view.render_page(calls, "two children")
+    assert page.count('class="lane-head') == 3 and page.count('class="waiting"') == 2
