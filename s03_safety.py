@@ -121,7 +121,8 @@ def system_prompt() -> str:
     network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
     return valid_utf8(
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        f"and change files, then answer briefly. Commands run in a sandbox; the network is {network}."
+        "and change files, then answer briefly. Commands run in a sandbox, where "
+        f"the network is {network}."
     )
 
 
@@ -295,7 +296,8 @@ def check_rm(args: list) -> str | None:
 def check_find(args: list) -> str | None:  # what -exec runs is judged as a command of its own
     starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args)) or ["."]
     places = {place(start) for start in starts}
-    if {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args) and places - {INSIDE, WORKSPACE}:
+    acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args)
+    if acts and places - {INSIDE, WORKSPACE}:
         return f"find {' '.join(starts)} deletes or runs commands outside the workspace"
     if args[len(starts):] == ["-delete"] and WORKSPACE in places:
         return "find -delete with no test deletes the whole workspace; add a test such as -name"
@@ -445,12 +447,15 @@ def network_on() -> bool:
 
 @functools.cache
 def bwrap_problem() -> str | None:
-    """Try bubblewrap once: is it installed, and can it start here (not on macOS, nor in every container)?"""
+    """Try bubblewrap once: is it installed, and can it start here (not on macOS, nor in every
+    container)? None when it can."""
     try:
         probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
     except OSError as error:
         return f"bubblewrap cannot start: {error.strerror}"
-    return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}" if probe.returncode else None
+    if probe.returncode:
+        return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
+    return None
 
 
 def walled(command: str) -> list:
@@ -542,8 +547,9 @@ def command_env() -> dict:
 
 
 def read_output(process) -> tuple:
-    """Read the command's output until it ends, passes MAX_OUTPUT, or time runs out: (bytes, why it was
-    stopped, or None). The shell's exit ends the read even if a background child still holds the pipe open."""
+    """Read the command's output until it ends, passes MAX_OUTPUT, or time runs out: (bytes, why
+    it was stopped, or None). The shell's exit ends the read even if a background child still
+    holds the pipe open."""
     deadline = time.monotonic() + BASH_TIMEOUT
     chunks, size = [], 0
     while time.monotonic() < deadline:
@@ -578,13 +584,14 @@ def run_bash(command: str) -> str:
     """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
     reason = check_command(command)
     if reason:
-        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user to run it")
+        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
     if not sandbox_off() and bwrap_problem():
         raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
     before = identities()
     process = subprocess.Popen(
-        ["bash", "-c", command] if sandbox_off() else walled(command), cwd=WORKDIR, env=command_env(),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        ["bash", "-c", command] if sandbox_off() else walled(command),
+        cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
         data, stopped = read_output(process)
@@ -600,12 +607,12 @@ def run_bash(command: str) -> str:
     elif exit_code:
         output += f"\n(exit code {exit_code})"
     if not sandbox_off():
-        limits = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
-        if limits:
-            output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(limits))})"
+        met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
+        if met:
+            output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
         removed = remove_planted(before)
         if removed:
-            output += f"\n(removed {', '.join(removed)}: the command put them there, and they run later)"
+            output += f"\n(removed {', '.join(removed)}: put there by the command, they run later)"
     return output or "(no output)"
 
 
