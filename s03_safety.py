@@ -153,27 +153,34 @@ def safe_path(path: str) -> Path:
 # What it cannot read it refuses, saying what to write instead. The wall (fence 3) is the boundary.
 
 REFUSED_PROGRAMS = {
-    **dict.fromkeys(["sudo", "su", "doas", "pkexec", "run0"], "changes privileges"),
+    **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
-    **dict.fromkeys(["mkfs", "mkswap", "wipefs", "fdisk", "parted", "shred"], "erases a disk"),
+    **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred"], "erases a disk"),
+    **dict.fromkeys(["fdisk", "sfdisk", "gdisk", "sgdisk", "parted"], "repartitions a disk"),
     "function": "defines a function (a fork bomb is one); write a script file instead",
     "alias": "defines an alias, which hides what a later command runs; write commands out",
 }
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}
-INTERPRETERS = ("python", "node", "perl", "ruby", "php", "awk")  # python3.12 and nodejs too
-STARTS_PROGRAMS = re.compile(r"\b(system|passthru|readpipe|fork|\w*popen|\w*spawn\w*|\w*exec\w*"
-                             r"|subprocess|child_process)\b")
+INTERPRETERS = {"python": "c", "node": "ep", "nodejs": "ep", "perl": "eE", "ruby": "e", "php": "r",
+                "awk": "", "gawk": ""}  # -> the letters of their inline-code options (awk: none)
+STARTS_PROGRAMS = re.compile(  # calls that start other programs, in the interpreters' languages
+    r"\b(os\.(system|popen|exec\w*|spawn\w*|posix_spawn\w*|fork)|subprocess|child_process|pty"
+    r"|Open3|shell_exec|passthru|proc_open|pcntl_exec|readpipe)\b"
+    r"|(?<![\w./$])(system|exec|spawn|popen|fork)\b|%x[({\[]")
 KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "coproc"}
 WRAPPERS = {  # they run the command after their options -> the options that take a value
     "env": {"-u"}, "time": {"-f", "-o"}, "nice": {"-n"}, "timeout": {"-s", "-k"}, "exec": {"-a"},
-    "xargs": {"-I", "-n", "-P", "-L", "-d"}, "nohup": set(), "setsid": set(),
+    "xargs": {"-I", "-n", "-P", "-L", "-d", "-a"}, "nohup": set(), "setsid": set(),
     "command": {"-v", "-V"},  # `command -v NAME` only asks where NAME is: it takes NAME as a value
 }
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "opt", "proc", "root", "sbin", "sys",
                "usr", "var", "Users", "System", "Library"}
-DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/2"}
+DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
+           "/dev/fd/2"}  # devices it is fine to write to
+FIND_NO_TESTS = {"-delete", "-depth", "-mindepth", "-maxdepth", "-xdev", "-mount"}  # find . -delete
+POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"}  # init 0
 MAX_LENGTH = 10_000  # characters: a longer command belongs in a file
-MAX_DEPTH = 8  # shells, evals and substitutions inside each other; real commands need two or three
+MAX_DEPTH = 8  # shells, evals and $(...) inside each other; real commands need two or three
 
 
 def check_command(command: str, depth: int = 0) -> str | None:
@@ -203,7 +210,8 @@ def check_words(words: list, depth: int) -> str | None:
         return f"{program} {REFUSED_PROGRAMS.get(program, 'formats a disk')}"
     if program in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
         return check_command(" ".join(operands(args)), depth + 1)
-    if program in SHELLS or program.startswith(INTERPRETERS):
+    program = re.sub(r"^(python|pypy)[0-9.]*$", "python", program)  # python3.12 is python
+    if program in SHELLS or program in INTERPRETERS:
         return check_code(program, args, depth)
     return RULES[program](args) if program in RULES else None
 
@@ -213,25 +221,33 @@ def check_code(program: str, args: list, depth: int) -> str | None:
     from standard input (a pipe, a heredoc, <(...)) the filter cannot see, so that is refused."""
     options = [arg for arg in args if arg[:1] in "-+" and arg != "--"]
     code = operands(args)  # inline code, or a script and its arguments
-    with_c = [option for option in options if "c" in option and option[1:2] != "-"]
-    if program in SHELLS and with_c:  # bash -o pipefail -c CODE NAME ARGS: the operand after -c
-        after = operands(args[args.index(with_c[0]) + 1:])
-        return check_command(after[0], depth + 1) if after else None
-    found = STARTS_PROGRAMS.search(" ".join(args)) if program not in SHELLS else None
-    if found:
-        return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
-    if code[:1] and code[0].startswith("$"):
+    letters = "c" if program in SHELLS else INTERPRETERS[program]
+    inline = [option for option in options if option[1:2] != "-" and set(option[1:]) & set(letters)
+              or option.split("=")[0] in ("--eval", "--print")]
+    if code[:1] and code[0].startswith("$") and letters:  # not awk, whose $1 is a field
         raise ValueError(f"{program} runs {code[0]}, which is only known when it runs")
-    stdin = code[:1] in (["-"], ["/dev/stdin"]) or program in SHELLS and "-s" in options
-    if stdin or not code and not options:  # (an option and no code: node -v, bash --version)
+    if inline or program in ("awk", "gawk"):  # bash -c CODE, python -c CODE, awk 'PROGRAM' FILE
+        after = operands(args[args.index(inline[0]) + 1:]) if inline else code
+        text = after[0] if after else inline[0][2:]  # python -c"code": the code is in the option
+        if program in SHELLS:  # from a $(...) on, the code was judged already, as an eval
+            return check_command(text.partition("$(")[0], depth + 1)
+        found = STARTS_PROGRAMS.search(text)
+        if found:
+            return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
+        return None
+    asks_version = {"--version", "--help", "-V"} | (set() if program in SHELLS else {"-v"})
+    if not code and asks_version & set(args) or any(option.startswith("-m") for option in options):
+        return None  # node -v, python -m json.tool: no code to read
+    if not code or code[0] in ("-", "/dev/stdin") or program in SHELLS and "-s" in options:
         return (f"{program} reads its code from standard input, which the filter cannot see; write "
                 "the code to a file with write_file, then run the file")
-    return None  # a script file, or inline code that starts no other program
+    return None  # a script file: the wall is what confines it
 
 
 def unwrap(words: list) -> list:
-    """The command that really runs, without VAR=value, keywords, and wrappers and their options."""
-    i = 0
+    """The command that really runs, without VAR=value, keywords, and wrappers and their options.
+    What xargs runs gets one more argument, known only at run time: the input xargs adds."""
+    i, added = 0, []
     while i < len(words) and (words[i] in KEYWORDS or words[i] in WRAPPERS
                               or re.match(r"[A-Za-z_]\w*=", words[i])):
         wrapper, i = words[i], i + 1
@@ -239,9 +255,12 @@ def unwrap(words: list) -> list:
             i += 2 if words[i] in WRAPPERS[wrapper] else 1  # an option that takes a value
         if wrapper == "timeout":
             i += 1  # the duration
-        if wrapper == "xargs":  # its input adds arguments, known only at run time
-            return unwrap(words[i:] or ["echo"]) + ["$input"]
-    return words[i:]
+        if wrapper == "xargs":
+            added = ["$input"]
+    command = words[i:]
+    if added and not command:
+        command = ["echo"]  # xargs alone runs echo
+    return command + added
 
 
 def operands(args: list) -> list:
@@ -258,7 +277,7 @@ PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where a path leads, 
 def place(word: str) -> str:
     """Where a path argument leads, from its spelling alone (links on disk are the wall's business).
     A last part `*` or `.*` stands for its folder; {a,b} for the worse of a and b."""
-    word = os.path.expanduser(word)
+    word = os.path.expanduser(word).rstrip("/") or "/"  # build/ is build; */ is *
     before, brace, rest = word.partition("{")
     inside, _, after = rest.partition("}")
     if brace and "," in inside and "{" not in after and inside.count(",") < 50:
@@ -268,6 +287,7 @@ def place(word: str) -> str:
     folder, _, last = word.rpartition("/")
     workspace = os.path.normpath(WORKDIR)
     path = os.path.normpath(os.path.join(workspace, folder + "/" if last in ("*", ".*") else word))
+    path = "/" + path.lstrip("/")  # normpath keeps the // of //etc
     if path == workspace:
         return WORKSPACE
     if path.startswith(workspace + "/"):
@@ -290,6 +310,8 @@ def check_rm(args: list) -> str | None:
         where = place(target)
         if where == SYSTEM or recursive and where != INSIDE:
             return f"rm {target} deletes {where}"
+        if recursive and os.path.basename(os.path.normpath(target)) == ".git":
+            return f"rm {target} deletes the repository's history"
     return None
 
 
@@ -299,23 +321,35 @@ def check_find(args: list) -> str | None:  # what -exec runs is judged as a comm
     acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args)
     if acts and places - {INSIDE, WORKSPACE}:
         return f"find {' '.join(starts)} deletes or runs commands outside the workspace"
-    if args[len(starts):] == ["-delete"] and WORKSPACE in places:
+    tests = [arg for arg in args[len(starts):] if arg[:1] == "-" and arg not in FIND_NO_TESTS]
+    if "-delete" in args and WORKSPACE in places and not tests:
         return "find -delete with no test deletes the whole workspace; add a test such as -name"
     return None
 
 
-def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp -R MODE_OR_OWNER PATH...
-    if "-R" in args or "--recursive" in args:
-        return check_rm(["-r", *operands(args)[1:]])
+def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp [-R] MODE_OR_OWNER PATH...
+    places = {place(path) for path in operands(args)[1:]}
+    recursive = "-R" in args or "--recursive" in args
+    if SYSTEM in places or recursive and UNKNOWN in places:
+        return "changes owners or modes of system files, or recursively where it cannot tell"
+    return None
+
+
+def check_power(args: list) -> str | None:  # init 0, telinit 6, systemctl poweroff, loginctl suspend
+    return "turns the machine off, or suspends it" if POWER & set(args) else None
+
+
+def check_in_place_edit(args: list) -> str | None:  # sed -i, perl -i: they write their files
+    if any(arg.startswith(("-i", "--in-place")) or arg[:1] == "-" and "i" in arg for arg in args):
+        return check_writes(operands(args))
     return None
 
 
 RULES = {  # program -> a function of its arguments that says why not, or None
-    "rm": check_rm, "find": check_find,
+    "rm": check_rm, "find": check_find, "sed": check_in_place_edit,
     **dict.fromkeys(["chmod", "chown", "chgrp"], check_owner_or_mode),
-    "kill": lambda args: "kills every process" if "-1" in [arg.strip() for arg in args] else None,
-    "init": lambda args: "turns the machine off" if {"0", "6"} & set(args) else None,
-    "systemctl": lambda args: check_words([args[-1]] if args else [], 0),
+    "kill": lambda args: "kills every process" if {"-1", "1"} & set(map(str.strip, args)) else None,
+    **dict.fromkeys(["init", "telinit", "systemctl", "loginctl"], check_power),
     "dd": lambda args: check_writes([arg[3:] for arg in args if arg.startswith("of=")]),
     **dict.fromkeys(["tee", "truncate", "mv"], lambda args: check_writes(operands(args))),
     **dict.fromkeys(["cp", "ln", "install"], lambda args: check_writes(operands(args)[-1:])),
@@ -358,7 +392,7 @@ def split_commands(line: str) -> list:
         for op in OPERATORS.findall(token):
             if op == "<<":
                 raise ValueError("it has a heredoc the filter cannot read; use write_file")
-            if op == "(" and words and not words[-1].endswith(("$", "=")):  # name ( ...
+            if op == "(" and len(words) == 1 and not words[0].endswith(("$", "=")):  # name (
                 raise ValueError(REFUSED_PROGRAMS["function"])
             if op in REDIRECTS and words and words[-1].isdigit():
                 words.pop()  # the 2 of 2>&1 names a file descriptor
@@ -385,7 +419,7 @@ def cut_heredocs(line: str) -> str:
     while found:
         end_of_line = (line + "\n").index("\n", found.end())
         try:
-            operators = list(lexer(line[start:end_of_line], comments="#")).count("<<")
+            operators = list(lexer(line[start:end_of_line], comments=True)).count("<<")
         except ValueError:  # an open quote: the << is inside it
             break
         if operators != 1:
@@ -402,37 +436,46 @@ def cut_heredocs(line: str) -> str:
     return "".join(kept) + line[start:]
 
 
-def lexer(line: str, comments: str = "") -> shlex.shlex:
-    """Words as bash quotes them (shlex, posix); operators and newlines are tokens of their own."""
+def lexer(line: str, comments: bool = False) -> shlex.shlex:
+    """Words as bash quotes them (shlex, posix); operators and newlines are tokens of their own.
+    In bash a # starts a comment only at the start of a word, and not inside ${...}; shlex cuts
+    words at any #, so comments are read only where every # follows a blank, and no ${ is near."""
     words = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>\n")
-    words.whitespace, words.whitespace_split, words.commenters = " \t", True, comments
+    words.whitespace, words.whitespace_split = " \t", True
+    words.commenters = "#" if comments or not re.search(r"[^ \t\n]#|\$[{\[]", line) else ""
     return words
 
 
 # -- fence 3: the wall: the operating system confines every command --------------
 # With bubblewrap (Linux) a command sees the system read-only and the workspace writable, except
-# RUNS_LATER; the home folder is hidden but for the programs on PATH; the network is off unless
-# NETWORK=on; /tmp and /run are private; it gets its own process, IPC and user namespaces, no
-# capabilities, and LIMITS. When the wall cannot go up, no command runs, unless SANDBOX=off.
+# what runs later outside the wall; the home folder is hidden but for the programs on PATH; the
+# network is off unless NETWORK=on; /tmp, /var/tmp and /run are private; it gets its own process,
+# IPC and user namespaces, no capabilities, and LIMITS. Without the wall no command runs, unless
+# SANDBOX=off.
 
-RUNS_LATER = [  # in the workspace, run or read later outside the wall: by git, a shell, this stage
-    ".env", ".envrc", ".git/hooks", ".git/config", ".gitmodules", ".bashrc", ".bash_profile",
-    ".profile", ".zshrc", ".zprofile", ".zshenv", ".vscode", ".idea",
+RUNS_LATER = [  # in the workspace, run or read later outside the wall: by git, a shell, an editor
+    ".git/hooks", ".git/config", ".git/commondir", ".git/modules", ".gitmodules", ".husky", ".env",
+    ".envrc", ".bashrc", ".bash_profile", ".profile", ".zshrc", ".zprofile", ".zshenv", ".vscode",
+    ".idea",
 ]
+SECRET_HOMES = {".ssh", ".aws", ".gnupg", ".docker", ".kube", ".config", ".local", ".netrc"}
 MAX_PROCESSES = 512
 MAX_MEMORY = 4 * 2**30  # bytes of memory one process may map
-MAX_FILE = 2**30  # bytes one file may reach; /tmp holds no more than this either
+MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
 LIMITS = f"ulimit -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024} -f {MAX_FILE // 1024}"  # in KiB
-LIMIT_SIGNS = {  # what a program prints when it meets one of the limits -> the limit
+LIMIT_SIGNS = {  # what a failing program prints when it meets one of the limits -> the limit
     "Resource temporarily unavailable": f"{MAX_PROCESSES} processes",
+    "can't start new thread": f"{MAX_PROCESSES} processes",
     "Cannot allocate memory": f"{MAX_MEMORY // 2**30} GiB of memory per process",
     "MemoryError": f"{MAX_MEMORY // 2**30} GiB of memory per process",
     "File size limit exceeded": f"{MAX_FILE // 2**30} GiB per file",
+    "File too large": f"{MAX_FILE // 2**30} GiB per file",
     "No space left on device": f"{MAX_FILE // 2**30} GiB in /tmp",
 }
-WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
-        "--size", str(MAX_FILE), "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent",
-        "--cap-drop", "ALL"]
+IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
+             for arg in ("--size", str(MAX_FILE), "--tmpfs", folder)]
+WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *IN_MEMORY,
+        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
            "set SANDBOX=off to run commands with only the filter in front of them")
 
@@ -462,43 +505,57 @@ def walled(command: str) -> list:
     """bash running `command` inside the wall. Order matters: each mount covers those before it."""
     workspace, home = str(WORKDIR.resolve()), os.path.expanduser("~")
     wall = [*WALL, "--share-net"] if network_on() else [*WALL]
-    wall += ["--tmpfs", home, "--ro-bind-try", f"{home}/.gitconfig", f"{home}/.gitconfig"]
-    for folder in os.environ.get("PATH", "").split(os.pathsep):  # pyenv, nvm, cargo live in home
-        if folder.startswith(home + "/"):
-            top = os.path.join(home, folder[len(home) + 1:].split("/")[0])
-            wall += ["--ro-bind-try", top, top]
+    wall += ["--size", str(MAX_FILE), "--tmpfs", home]  # the home folder is hidden...
+    for folder in bound_back(home):  # ...but for what programs need
+        wall += ["--ro-bind-try", folder, folder]
     resolver = os.path.realpath("/etc/resolv.conf")  # under /run on some systems
     wall += ["--ro-bind-try", resolver, resolver, "--bind", workspace, workspace]
-    for name in RUNS_LATER:
-        wall += ["--ro-bind-try", os.path.join(workspace, name), os.path.join(workspace, name)]
-    for secrets in {find_dotenv(), os.path.join(workspace, ".env")}:  # keys: they read as empty
-        if os.path.isfile(secrets):
-            wall += ["--ro-bind", "/dev/null", secrets]
+    for path in protected_paths():
+        wall += ["--ro-bind-try", str(path), str(path)]
+    for secrets in {find_dotenv(), *map(str, WORKDIR.resolve().glob(".env*"))}:
+        wall += ["--ro-bind", "/dev/null", secrets] if os.path.isfile(secrets) else []
     group = process_group()
     in_group = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', group] if group else []
     return [*in_group, *wall, "--chdir", workspace, "--", "bash", "-c", f"{LIMITS}\n{command}"]
 
 
+def bound_back(home: str) -> list:
+    """What the hidden home folder keeps: ~/.gitconfig, and the folders of the programs on PATH.
+    A tool's whole folder is kept (pyenv needs ~/.pyenv, not just its bin/), unless it is one
+    that holds secrets too (~/.config, ~/.local ...): then only the folder on PATH."""
+    folders = [os.path.join(home, ".gitconfig")]
+    for folder in map(os.path.normpath, os.environ.get("PATH", "").split(os.pathsep)):
+        if folder.startswith(home + os.sep):
+            top = os.path.join(home, folder[len(home) + 1:].split(os.sep)[0])
+            folders.append(folder if os.path.basename(top) in SECRET_HOMES else top)
+    return folders
+
+
+def protected_paths() -> list:
+    """What runs, or is read as settings, later and outside the wall: RUNS_LATER in the
+    workspace, the stage's own file, and the Python it runs on (a venv's .pth files run too)."""
+    workspace = WORKDIR.resolve()
+    return [*(workspace / name for name in RUNS_LATER), Path(__file__).resolve(),
+            Path(sys.prefix).resolve()]
+
+
 @functools.cache
 def process_group() -> str | None:
-    """A cgroup that holds the command's processes to MAX_PROCESSES, where one can be made. It is
-    there for root, whom `ulimit -u` does not bind; a user without one is bound by the ulimit."""
+    """A cgroup that holds commands to MAX_PROCESSES processes, where one can be made: for root,
+    whom `ulimit -u` does not bind. Every agent on the machine shares it. None elsewhere."""
     for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        group = Path(root, f"agent-{os.getpid()}")
+        group = Path(root, "coding-agent")
         try:
             group.mkdir(exist_ok=True)
-        except OSError:
-            continue
-        try:
             (group / "pids.max").write_text(str(MAX_PROCESSES))
             return str(group)
-        except OSError:  # no pids controller here
-            group.rmdir()
+        except OSError:  # not allowed, or no pids controller here
+            continue
     return None
 
 
 def identities() -> dict:
-    """What each RUNS_LATER path (and .git) is right now: (device, inode), or None."""
+    """What .git and each RUNS_LATER path are right now: (device, inode), or None."""
     found = {}
     for name in [".git", *RUNS_LATER]:
         try:
@@ -509,28 +566,32 @@ def identities() -> dict:
 
 
 def remove_planted(before: dict) -> list:
-    """Remove what a command put in the place of a RUNS_LATER path: renaming the folder above one
-    gets past its read-only mount. A new repository's own .git/hooks and .git/config are let be."""
-    after, removed = identities(), []
-    for name in RUNS_LATER:
-        new_repository = name.startswith(".git/") and before[".git"] is None
-        if after[name] is not None and after[name] != before[name] and not new_repository:
-            path = WORKDIR / name
+    """Remove what a command put in the place of .git or of a RUNS_LATER path: renaming the folder
+    above one gets past its read-only mount. A new repository (git init) keeps its own .git."""
+    after, report = identities(), []
+    for name in [".git", *RUNS_LATER]:
+        path, git = WORKDIR / name, WORKDIR / ".git"
+        unchanged = after[name] in (None, before[name]) or not os.path.lexists(path)
+        git_init = name.startswith(".git") and before[".git"] is None and git.is_dir()
+        if unchanged or git_init and not git.is_symlink():
+            continue
+        try:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
-            removed.append(name)
-    return removed
+            report.append(f"removed {name}")
+        except (OSError, RecursionError) as error:
+            report.append(f"could not remove {name} ({type(error).__name__})")
+    return report
 
 
 def check_door(file: Path, writing: bool) -> None:
-    """The file tools keep the wall's doors too: no RUNS_LATER path is written, no .env is read."""
-    relative = file.relative_to(WORKDIR.resolve()).as_posix()
-    if writing and any(relative == name or relative.startswith(name + "/") for name in RUNS_LATER):
-        raise PermissionError(f"{relative} runs or is read later, outside the wall; ask the user")
-    if file.name == ".env":
-        raise PermissionError(f"{relative} holds secrets such as the API key; it is not shown")
+    """The file tools keep the wall's doors too: what runs later is not written, a .env not read."""
+    if writing and any(file == path or file.is_relative_to(path) for path in protected_paths()):
+        raise PermissionError(f"{file.name} runs or is read later, outside the wall; ask the user")
+    if file.name.startswith(".env"):
+        raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
 
 
 # -- fence 4: a bash tool that cannot be wedged ------------------------------------
@@ -587,7 +648,7 @@ def run_bash(command: str) -> str:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
     if not sandbox_off() and bwrap_problem():
         raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    before = identities()
+    before, removed = identities(), []
     process = subprocess.Popen(
         ["bash", "-c", command] if sandbox_off() else walled(command),
         cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
@@ -601,18 +662,17 @@ def run_bash(command: str) -> str:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         process.stdout.close()
+        removed = [] if sandbox_off() else remove_planted(before)  # even after Ctrl-C
     output = cap(data.decode(errors="replace"))
     if stopped:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
     elif exit_code:
         output += f"\n(exit code {exit_code})"
-    if not sandbox_off():
-        met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
-        if met:
-            output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
-        removed = remove_planted(before)
-        if removed:
-            output += f"\n(removed {', '.join(removed)}: put there by the command, they run later)"
+    met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
+    if met and (stopped or exit_code) and not sandbox_off():
+        output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
+    if removed:
+        output += f"\n({'; '.join(removed)}: the command put it there, and it would run later)"
     return output or "(no output)"
 
 
