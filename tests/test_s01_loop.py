@@ -204,13 +204,16 @@ def test_authentication_error_says_to_check_the_key(stage, scripted, capsys):
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_unreachable_api_says_so(stage, scripted, capsys):
-    """No server at ANTHROPIC_BASE_URL: one clear line, no traceback."""
+    """No server at ANTHROPIC_BASE_URL: one clear line with the URL tried and why it failed (from
+    the errors behind the SDK's "Connection error."), naming the setting; no traceback."""
     with FakeAPI([]) as api:
         client = api.client()
     scripted(stage, None, client=client)
     messages = []
     stage.run_turn(messages, "hi")
-    assert "cannot reach the API" in capsys.readouterr().out and messages == []
+    out = capsys.readouterr().out
+    assert f"cannot reach {api.url}/v1/messages: connection refused" in out
+    assert "check ANTHROPIC_BASE_URL" in out and "Traceback" not in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -548,7 +551,9 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
         messages, started = [], time.monotonic()
         stage.run_turn(messages, "hello?")
         waited = time.monotonic() - started
-        assert "no answer for 0.3s, 2 times" in capsys.readouterr().out and messages == []
+        out = capsys.readouterr().out
+        assert "no answer in 0.3s, 2 times" in out and messages == []
+        assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out
         stage.run_turn(messages, "and now?")
     assert waited < 2 * 0.3 + 2  # two waits, plus the SDK's pause between tries
     assert "back again" in capsys.readouterr().out
@@ -557,7 +562,8 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, monkeypatch, capsys):
     """With streaming the timeout is the longest gap between two pieces of the answer, not the whole
-    answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped."""
+    answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped.
+    The SDK says only "timed out"; the stage says it like a silent server, naming the settings."""
     gate = Gate()  # never opened: after its first words the server says nothing more
     with FakeAPI([reply("I will now say noth", "ing more.", gate=gate)]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
@@ -565,7 +571,8 @@ def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, mo
         stage.run_turn(messages, "talk")
         gate.opened.set()
     out = capsys.readouterr().out
-    assert "I will now say" in out and "timed out" in out and messages == []
+    assert "I will now say" in out and "the reply stopped midway, nothing more for 0.3s" in out
+    assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
