@@ -760,7 +760,7 @@ def show_tool_result(result: dict, indent: str = "") -> None:
     # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
     # Python words and keep the user's.
     text = re.sub(r"^error: \w+Error: ", "", result["content"])
-    lines = text.splitlines() or [""]
+    lines = [line for line in text.splitlines() if line.strip()] or [""]
     failed = result["is_error"] or lines[-1].startswith("(exit code")
     if not failed or len(lines) == 1:
         more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
@@ -943,7 +943,7 @@ def why_unreachable(error: BaseException) -> str:
         if isinstance(cause, socket.gaierror):
             return "unknown host name"
         if isinstance(cause, ssl.SSLError):
-            return f"TLS failed ({cause.reason}): does the server speak https, or only http?"
+            return f"TLS failed ({cause.reason}): the server may speak http, not https"
         if isinstance(cause, TimeoutError):
             return f"no answer for {API_TIMEOUT}s"
     *_, deepest = causes(error)
