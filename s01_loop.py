@@ -412,11 +412,12 @@ class ShowRetries(logging.Handler):
     reason = "the try failed"
 
     def emit(self, record: logging.LogRecord) -> None:
+        pattern = str(record.msg)  # the message before its %-arguments are filled in
         if record.exc_info:  # "Encountered Exception": the error of the try that failed
             self.reason = why_unreachable(record.exc_info[1])
-        elif record.msg == "Retrying due to status code %i":
+        elif pattern == "Retrying due to status code %i":
             self.reason = f"the server answered {record.args[0]}"
-        elif record.msg.startswith("Retrying request"):
+        elif pattern.startswith("Retrying request to"):  # "... to %s in %f seconds"
             print(dim(f"(trying again in {record.args[1]:.1f}s: {self.reason})"), flush=True)
 
 
@@ -443,7 +444,8 @@ def make_client():
     import anthropic
     sdk_log = logging.getLogger("anthropic")  # the SDK logs each retry here
     sdk_log.setLevel(logging.DEBUG)  # a retry's reason is logged at DEBUG level
-    sdk_log.handlers, sdk_log.propagate = [ShowRetries()], False  # ours alone, however often
+    sdk_log.handlers = [ShowRetries()]  # one handler, however often a client is built
+    sdk_log.propagate = False  # and only here: not on to Python's default handlers
     return anthropic.Anthropic(api_key=api_key, base_url=base_url(), timeout=API_TIMEOUT,
                                max_retries=API_RETRIES)
 
@@ -451,7 +453,7 @@ def make_client():
 def number_setting(name: str, default: int) -> int:
     """A whole number from the environment (or .env), else the default; a wrong value is said."""
     value = os.environ.get(name, "").strip()
-    if value.isdigit():
+    if value.isdecimal():
         return int(value)
     if value:
         print(f"{name}={value!r} is not a whole number; using {default}")

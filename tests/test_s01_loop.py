@@ -474,7 +474,7 @@ def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
                          ids=["exit", "q", "Q", "EXIT", "quit", "eof"])
 def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
     """`q`, `exit`, `quit` (in any case) or end of input leave cleanly, without calling the model."""
-    with FakeAPI([]) as api:
+    with FakeAPI([reply("a quit word was sent to the model")]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "test-key")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url)
         user_env.setattr("sys.stdin", io.StringIO(typed))
@@ -797,14 +797,15 @@ def test_ctrl_c_at_the_prompt_clears_a_typed_line_and_asks_once_on_an_empty_one(
         process, terminal = start_in_a_terminal(ROOT / f"{stage.__name__}.py", env, tmp_path)
         prompt, screen = f"{stage.STAGE} >> ", Screen(terminal)
         try:
+            hint = "(press Ctrl-C again or type q to leave)"
             screen.wait_for(prompt)
             os.write(terminal, b"half a request")
             screen.wait_for("half a request")
             press_ctrl_c(terminal, until=lambda: screen.shows(prompt, 2))
+            assert hint not in screen.shown  # the line was cleared; nothing was asked
             os.write(terminal, b"the real request\r")
             screen.wait_for("the answer")
             screen.wait_for(prompt)
-            hint = "(press Ctrl-C again or type q to leave)"
             press_ctrl_c(terminal, until=lambda: screen.shows(hint, 2))
             screen.wait_for(prompt)
             press_ctrl_c(terminal, until=lambda: exits(process, 2))
