@@ -831,7 +831,7 @@ def call_model(messages: list):
     started = time.monotonic()
     try:
         line["response"] = stream_reply(request)
-    except BaseException as error:  # recorded here, then handled by run_turn
+    except BaseException as error:  # recorded here, then passed on (run_turn handles it)
         line["error"] = describe_error(error)
         raise
     finally:

@@ -862,7 +862,7 @@ def call_model(messages: list, tools: list, system: str, agent: str = "parent", 
     started = time.monotonic()
     try:
         line["response"] = stream_reply(request, agent)
-    except BaseException as error:  # recorded here, then handled by run_turn
+    except BaseException as error:  # recorded here, then passed on (run_turn handles it)
         line["error"] = describe_error(error)
         raise
     finally:
@@ -1033,9 +1033,9 @@ def run_subagent(prompt: str, task: str | None = None) -> str:
     except Exception as error:  # noqa: BLE001 - the parent model is told why its child stopped
         raise RuntimeError(f"the subagent stopped: {describe_error(error)}") from None
     finally:  # for the terminal only: the parent model never sees this line
-        used = ", ".join(f"{name} x{count}" for name, count in tools_used.items()) or "no tools"
-        seconds, tokens = time.monotonic() - started, count(tokens, "token")
-        print(dim(f"    = subagent: {count(turns, 'turn')}, {used}, {seconds:.1f}s, {tokens}"))
+        used = ", ".join(f"{name} x{times}" for name, times in tools_used.items()) or "no tools"
+        took = f"{time.monotonic() - started:.1f}s"
+        print(dim(f"    = subagent: {count(turns, 'turn')}, {used}, {took}, {tokens:,} tokens"))
     if final_text is None:
         return f"(the subagent stopped after {SUBAGENT_MAX_TURNS} turns without finishing.) " + (
             f"Its last text: {last_text}" if last_text else "It left no text.")
