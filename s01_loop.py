@@ -38,7 +38,7 @@ BASH_TIMEOUT = 120  # seconds
 MAX_OUTPUT = 50_000  # characters of tool output sent back to the model
 # Seconds the server may stay silent (while streaming: between two events) before a try is given up.
 API_TIMEOUT = 60
-API_RETRIES = 2  # the SDK tries a failed call this many more times: timeouts, lost connections, 5xx
+API_RETRIES = 2  # more tries the SDK gives a failed call: timeouts, lost connections, 429, 529, 5xx
 MAX_MODEL_CALLS = 50  # model calls one turn may make before it is stopped (a weak model may loop)
 # main() reads the four above from the environment or .env too: a slow local server needs a longer
 # API_TIMEOUT, a small model that loops fewer MAX_TOKENS.
@@ -337,7 +337,7 @@ def why_unreachable(error: BaseException) -> str:
             return f"TLS failed ({cause.reason}): the server may speak http, not https"
         if isinstance(cause, TimeoutError):
             return f"no answer for {API_TIMEOUT}s"
-    *_, deepest = causes(error)
+    deepest = list(causes(error))[-1]
     return str(deepest) or type(deepest).__name__
 
 
@@ -482,8 +482,10 @@ def main() -> int:
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
-    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {endpoint()}"))
     save_transcript(None)  # can it be written? If not, it says so now and recording is off
+    transcript = os.environ.get("TRANSCRIPT")  # still set only if it can be written
+    recording = f", recording each call in {transcript}" if transcript else ""
+    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {endpoint()}{recording}"))
     # `timeout` or a closed terminal: leave through every `finally`: a call cut short is recorded.
     for stop in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, lambda number, frame: sys.exit(128 + number))

@@ -152,7 +152,8 @@ def test_empty_text_blocks_never_enter_the_history(stage, scripted, capsys):
     """Some compatible servers send `{"type": "text", "text": ""}` beside a tool call. The API
     rejects a request that sends such a block back ("text content blocks must be non-empty"), and
     so does the fake API: the block must be left out of the history."""
-    model = scripted(stage, [reply("", tool("bash", command="echo hi")), reply("done"), reply("next")])
+    script = [reply("", tool("bash", command="echo hi")), reply("done"), reply("next")]
+    model = scripted(stage, script)
     messages = []
     stage.run_turn(messages, "one")
     stage.run_turn(messages, "two")
@@ -162,7 +163,8 @@ def test_empty_text_blocks_never_enter_the_history(stage, scripted, capsys):
 
 def test_the_fake_api_rejects_an_empty_text_block_as_the_real_one_does():
     """The fake API's history check is only worth what it catches: an empty text block too."""
-    empty = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+    empty = [{"role": "user", "content": "hi"},
+             {"role": "assistant", "content": [{"type": "text", "text": ""}]},
              {"role": "user", "content": "again"}]
     assert "text content blocks must be non-empty" in history_problem(empty)
 
@@ -267,19 +269,22 @@ def test_https_to_a_plain_http_server_says_tls_failed(stage, scripted, capsys):
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_rejected_request_shows_the_servers_type_message_and_request_id_not_a_dict(stage, scripted, capsys):
+def test_a_rejected_request_shows_the_servers_type_message_and_request_id_not_a_dict(
+        stage, scripted, capsys):
     """A 404 for a wrong MODEL_ID: the line shows the error's type and message from the body and
     the request id (what a provider's support asks for), not the SDK's Python dict."""
     with FakeAPI([api_error(404, "model: claude-nope", "not_found_error")]) as api:
         scripted(stage, None, client=api.client())
         stage.run_turn([], "hi")
     out = capsys.readouterr().out
-    assert re.search(r"API error 404 \(not_found_error: model: claude-nope\), request req_\w+; check", out)
+    said = r"API error 404 \(not_found_error: model: claude-nope\), request req_\w+; check"
+    assert re.search(said, out)
     assert "{'type'" not in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_silent_call_says_so_and_each_retry_is_shown_with_its_reason(stage, scripted, monkeypatch, capsys):
+def test_a_silent_call_says_so_and_each_retry_is_shown_with_its_reason(stage, scripted, monkeypatch,
+                                                                       capsys):
     """Waits talk: a call still silent after QUIET_SECONDS says so in one line, and each retry the
     SDK makes is shown as it happens, with its reason. Into a pipe they are plain lines."""
     monkeypatch.setattr(stage, "QUIET_SECONDS", 0.05)
@@ -308,7 +313,8 @@ def test_tool_arguments_that_are_not_json_get_one_line_not_a_dump(stage, scripte
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(stage, scripted, capsys):
+def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(stage, scripted,
+                                                                               capsys):
     """A server that answers a streamed request with one JSON body (no server-sent events): the
     SDK fails with a bare AssertionError; the stage names what the server did and the setting."""
     with FakeAPI([reply("hello", plain_json=True)]) as api:
@@ -321,9 +327,11 @@ def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(s
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_stream_that_hangs_up_midway_drops_the_turn_and_runs_no_tool(stage, scripted, workspace, capsys):
+def test_a_stream_that_hangs_up_midway_drops_the_turn_and_runs_no_tool(stage, scripted, workspace,
+                                                                      capsys):
     """The server closes the stream half-way, before it says why the reply stopped: the SDK hands
-    back a reply with no stop_reason. Its tool call may be cut, so it is not run; the turn is dropped."""
+    back a reply with no stop_reason. Its tool call may be cut, so it is not run; the turn is
+    dropped."""
     with FakeAPI([reply("Half of it", tool("bash", command="touch ran"), hang_up=True)]) as api:
         scripted(stage, None, client=api.client())
         messages = []
@@ -338,7 +346,8 @@ def test_the_parent_stops_after_max_model_calls_and_says_so(stage, scripted, mon
     """A weak model may call tools forever. One turn makes at most MAX_MODEL_CALLS model calls;
     then it stops with a line naming the setting, and the session goes on."""
     monkeypatch.setattr(stage, "MAX_MODEL_CALLS", 3)
-    model = scripted(stage, [reply(tool("bash", command="true")) for _ in range(3)] + [reply("next")])
+    busy = [reply(tool("bash", command="true")) for _ in range(3)]
+    model = scripted(stage, [*busy, reply("next")])
     messages = []
     stage.run_turn(messages, "loop")
     assert len(model.requests) == 3 and messages == []
@@ -429,8 +438,9 @@ def test_importing_a_stage_has_no_side_effects():
 
 @pytest.fixture
 def user_env(monkeypatch):
-    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings cleared the shell's).
-    What main() changes in this process (the settings it reads, its signal handlers) is put back afterwards."""
+    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings
+    cleared the shell's). What main() changes in this process (the settings it reads, its signal
+    handlers) is put back afterwards."""
     monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
     for name in STAGE_NAMES:
         stage = importlib.import_module(name)
@@ -473,7 +483,8 @@ def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
 @pytest.mark.parametrize("typed", ["exit\n", "q\n", "Q\n", " EXIT \n", "quit\n", ""],
                          ids=["exit", "q", "Q", "EXIT", "quit", "eof"])
 def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
-    """`q`, `exit`, `quit` (in any case) or end of input leave cleanly, without calling the model."""
+    """`q`, `exit`, `quit` (in any case) or end of input leave cleanly, without calling the
+    model."""
     with FakeAPI([reply("a quit word was sent to the model")]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "test-key")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url)
@@ -493,17 +504,20 @@ def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, ca
         user_env.setattr("sys.stdin", io.StringIO("q\n"))
         assert stage.main() == 0
     out = capsys.readouterr().out
-    assert f"model claude-nope at {api.url.removeprefix('http://')}\n" in out and "sk-very-secret" not in out
+    assert f"model claude-nope at {api.url.removeprefix('http://')}\n" in out
+    assert "sk-very-secret" not in out
 
 
 @pytest.mark.parametrize("url", ["not a url", "localhost:8080", "http://host:port"])
 def test_a_base_url_that_is_not_a_url_is_said_at_start_up(url, user_env, capsys):
     """An ANTHROPIC_BASE_URL that is not an http(s) URL cannot work: main() says so and how to
-    write it, and exits with status 2, before any request (the SDK would say "Connection error.")."""
+    write it, and exits with status 2, before any request (the SDK would only say "Connection
+    error.")."""
     user_env.setenv("ANTHROPIC_API_KEY", "test-key")
     user_env.setenv("ANTHROPIC_BASE_URL", url)
     assert s01_loop.main() == 2
-    assert f"ANTHROPIC_BASE_URL={url!r} is not a URL: write it as http://host:port" in capsys.readouterr().err
+    said = f"ANTHROPIC_BASE_URL={url!r} is not a URL: write it as http://host:port"
+    assert said in capsys.readouterr().err
 
 
 def test_the_no_key_message_comes_before_the_sdk_is_imported():
@@ -512,14 +526,15 @@ def test_the_no_key_message_comes_before_the_sdk_is_imported():
     code = ("import sys, s01_loop, s02_tools, s03_safety, s04_subagent; "
             "codes = [stage.main() for stage in (s01_loop, s02_tools, s03_safety, s04_subagent)]; "
             "print(codes, 'anthropic' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True,
-                          text=True, timeout=30, check=False)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=30, check=False)
     assert done.stdout.strip() == "[2, 2, 2, 2] False", done.stderr
     assert done.stderr.count("No API key") == 4
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_settings_for_slow_servers_and_small_models_come_from_the_environment(stage, user_env, capsys):
+def test_settings_for_slow_servers_and_small_models_come_from_the_environment(stage, user_env,
+                                                                              capsys):
     """API_TIMEOUT, API_RETRIES, MAX_TOKENS and MAX_MODEL_CALLS may be set in the environment (or
     .env): a CPU server may need minutes before its first word. A value that is not a whole
     number is said, and the default kept."""
@@ -537,8 +552,8 @@ def test_settings_for_slow_servers_and_small_models_come_from_the_environment(st
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_transcript_that_cannot_be_written_is_said_at_start_up_and_no_turn_is_dropped(stage, user_env,
-                                                                                         tmp_path, capsys):
+def test_a_transcript_that_cannot_be_written_is_said_at_start_up_and_no_turn_is_dropped(
+        stage, user_env, tmp_path, capsys):
     """TRANSCRIPT names a file in a folder that does not exist: one line at start-up says so and
     that recording is off; every turn is answered as if TRANSCRIPT were not set."""
     with FakeAPI([reply("first answer"), reply("second answer")]) as api:
@@ -594,7 +609,8 @@ def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(
 def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripted, capsys):
     """A traceback starts with "Traceback (most recent call last):" and ends with the error: for a
     command that failed, the user sees the last lines (the model still gets all of them)."""
-    failing = "printf 'Traceback (most recent call last):\\n  one\\n  two\\n  three\\nValueError: boom\\n'; exit 1"
+    failing = ("printf 'Traceback (most recent call last):\\n  one\\n  two\\n  three\\n"
+               "ValueError: boom\\n'; exit 1")
     scripted(stage, [reply(tool("bash", command=failing)), reply("done")])
     stage.run_turn([], "go")
     out = capsys.readouterr().out
@@ -605,14 +621,16 @@ def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripte
 def test_a_cut_line_ends_with_an_ellipsis_and_counts_agree_in_number(stage, scripted, capsys):
     """A line too long to show is cut and ends with "…", so it does not look complete; "1 line",
     never "1 lines"."""
-    scripted(stage, [reply(tool("bash", command="echo " + "word " * 40 + "; echo second")), reply("done")])
+    command = "echo " + "word " * 40 + "; echo second"
+    scripted(stage, [reply(tool("bash", command=command)), reply("done")])
     stage.run_turn([], "go")
     out = capsys.readouterr().out
     assert "word word…" in out and "… (+1 line)\n" in out
 
 
 @pytest.mark.parametrize("stage", stages_from("s03_safety"))
-def test_a_refused_command_reads_as_words_and_the_model_still_gets_is_error(stage, scripted, capsys):
+def test_a_refused_command_reads_as_words_and_the_model_still_gets_is_error(stage, scripted,
+                                                                            capsys):
     """A refusal is shown as words ("refused, not run: sudo changes privileges"), not as a Python
     class name ("error: PermissionError: ..."); the model's tool_result is still an error."""
     model = scripted(stage, [reply(tool("bash", command="sudo ls")), reply("ok")])
@@ -739,11 +757,11 @@ def as_a_user(script) -> list:
 
 
 def start_in_a_terminal(script, env: dict, cwd) -> tuple:
-    """Start a stage in a pseudo-terminal; return the process and the terminal's side to type into."""
+    """Start a stage in a pseudo-terminal; return the process and the terminal's side."""
     pty = pytest.importorskip("pty")
     terminal, stage_side = pty.openpty()
-    process = subprocess.Popen(as_a_user(script), stdin=stage_side, stdout=stage_side, stderr=stage_side,
-                               env=env, cwd=cwd, start_new_session=True)
+    process = subprocess.Popen(as_a_user(script), stdin=stage_side, stdout=stage_side,
+                               stderr=stage_side, env=env, cwd=cwd, start_new_session=True)
     os.close(stage_side)
     return process, terminal
 
@@ -756,14 +774,15 @@ class Screen:
         self.terminal, self.shown, self.waited_up_to = terminal, "", 0
 
     def wait_for(self, text: str, seconds: float = 10) -> None:
-        assert self.shows(text, seconds), (f"no {text!r} on the terminal; after {self.shown[:self.waited_up_to]!r}"
-                                           f" it showed {self.shown[self.waited_up_to:]!r}")
+        before, after = self.shown[:self.waited_up_to], self.shown[self.waited_up_to:]
+        assert self.shows(text, seconds), f"no {text!r} on the terminal: {before!r}, then {after!r}"
 
     def shows(self, text: str, seconds: float) -> bool:
         """Whether `text` appears within `seconds` (and if so, the next wait starts after it)."""
         deadline = time.monotonic() + seconds
         while text not in self.shown[self.waited_up_to:]:
-            ready, _, _ = select.select([self.terminal], [], [], max(deadline - time.monotonic(), 0))
+            left = max(deadline - time.monotonic(), 0)
+            ready, _, _ = select.select([self.terminal], [], [], left)
             if not ready:
                 return False
             self.shown += os.read(self.terminal, 4096).decode(errors="replace")
@@ -791,7 +810,8 @@ def exits(process, seconds: float) -> bool:
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_ctrl_c_at_the_prompt_clears_a_typed_line_and_asks_once_on_an_empty_one(stage, tmp_path):
     """At the prompt, Ctrl-C throws away what is typed and the prompt comes back, as in bash. On an
-    empty prompt it asks once; a second Ctrl-C leaves. The conversation is never lost by accident."""
+    empty prompt it asks once; a second Ctrl-C leaves. The conversation is never lost by
+    accident."""
     with FakeAPI([reply("the answer")]) as api:
         env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url, TERM="xterm")
         process, terminal = start_in_a_terminal(ROOT / f"{stage.__name__}.py", env, tmp_path)
@@ -820,8 +840,8 @@ def test_ctrl_c_during_start_up_exits_quietly_with_status_130(tmp_path):
     """Loading the SDK takes seconds, and a user may press Ctrl-C meanwhile: the stage leaves with
     status 130 (as shells do for Ctrl-C) and no traceback. The SIGINT is sent while the SDK is
     imported: a stand-in `anthropic` module, first on the path, sends it to its own process."""
-    (tmp_path / "anthropic.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
-                                           "while True:\n    pass\n")
+    stand_in = "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nwhile True:\n    pass\n"
+    (tmp_path / "anthropic.py").write_text(stand_in)
     env = clean_env(ANTHROPIC_API_KEY="test-key", PYTHONPATH=str(tmp_path))
     done = subprocess.run(as_a_user(ROOT / "s01_loop.py"), input="hi\n", env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=30, check=False)
@@ -976,8 +996,8 @@ def test_a_failed_call_is_in_the_transcript_with_its_error(stage, scripted, tmp_
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(stage, scripted, tmp_path,
-                                                                             monkeypatch):
+def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(
+        stage, scripted, tmp_path, monkeypatch):
     """Each line also carries "time" (when the call started, ISO 8601 UTC), "seconds" (how long it
     took), "session" (one random id per run), "turn" (your turn, from 1) and "agent", so that a
     viewer can group and time the calls. A successful call has no "error"."""
@@ -989,9 +1009,11 @@ def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(st
     stage.run_turn([], "two")
     lines = read_transcript(transcript)
     assert [line["turn"] for line in lines] == [1, 1, 2]
-    assert {line["session"] for line in lines} == {stage.SESSION} and re.fullmatch(r"[0-9a-f]{8}", stage.SESSION)
+    assert {line["session"] for line in lines} == {stage.SESSION}
+    assert re.fullmatch(r"[0-9a-f]{8}", stage.SESSION)
     for line in lines:
-        assert list(line)[:5] == ["time", "seconds", "session", "turn", "agent"] and line["agent"] == "parent"
+        assert list(line)[:5] == ["time", "seconds", "session", "turn", "agent"]
+        assert line["agent"] == "parent"
         assert datetime.fromisoformat(line["time"]).utcoffset().total_seconds() == 0
         assert isinstance(line["seconds"], float) and line["seconds"] >= 0
         assert "error" not in line and "task" not in line
@@ -1007,9 +1029,11 @@ def test_a_call_cut_short_by_sigterm_is_still_recorded(tmp_path):
         return SILENCE
 
     with FakeAPI([sigterm_while_the_model_thinks]) as api:
-        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url, TRANSCRIPT=str(transcript))
-        stage_process.append(subprocess.Popen([sys.executable, str(ROOT / "s01_loop.py")], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path))
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url,
+                        TRANSCRIPT=str(transcript))
+        stage_process.append(subprocess.Popen([sys.executable, str(ROOT / "s01_loop.py")],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, env=env, cwd=tmp_path))
         _, err = stage_process[0].communicate(b"hi\n", timeout=30)
     assert stage_process[0].returncode == 128 + signal.SIGTERM and b"Traceback" not in err
     [line] = read_transcript(transcript)

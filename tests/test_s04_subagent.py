@@ -186,7 +186,8 @@ def test_two_tasks_of_one_turn_are_told_apart_in_the_transcript(scripted, tmp_pa
     transcript = tmp_path / "wire.jsonl"
     monkeypatch.setenv("TRANSCRIPT", str(transcript))
     first, second = tool("task", prompt="Look at a."), tool("task", prompt="Look at b.")
-    scripted(s04, [reply(first, second), reply("a is fine"), reply("b is fine"), reply("Both fine.")])
+    children = [reply("a is fine"), reply("b is fine")]
+    scripted(s04, [reply(first, second), *children, reply("Both fine.")])
     s04.run_turn([], "check a and b")
     lines = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert [line.get("task") for line in lines] == [None, first["id"], second["id"], None]
