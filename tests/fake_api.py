@@ -2,8 +2,11 @@
 
 A script is a list of what the model does next, one item per model call:
 - `reply(...)`: a Messages API reply (strings are text blocks, `tool(...)` are tool calls);
-- `api_error(status, message)`: the API answers with that HTTP error;
+- `api_error(status, message)`: the API answers with that HTTP error (a JSON body and a request id);
 - `SILENCE`: the server takes the request and never answers (FakeAPI only);
+- what compatible servers do (FakeAPI only): `reply(..., plain_json=True)` answers a streamed
+  request with one JSON body, `reply(..., hang_up=True)` closes the stream after the first piece
+  of text, and `broken_tool(name, raw)` is a tool call whose arguments are the text `raw`, not JSON;
 - a function of the request: called, and its return value used (it may also raise,
   or send a signal, to act out what happens while the model "thinks").
 
@@ -24,6 +27,7 @@ import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import anthropic
 import pydantic
@@ -39,13 +43,21 @@ def tool(name: str, **tool_input) -> dict:
     return {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name, "input": tool_input}
 
 
-def reply(*blocks, stop_reason: str | None = None, gate=None) -> dict:
+def broken_tool(name: str, raw: str) -> dict:
+    """A tool call whose arguments arrive as `raw`, text that is not JSON (a small model's slip)."""
+    return {**tool(name), "raw": raw}
+
+
+def reply(*blocks, stop_reason: str | None = None, gate=None, plain_json=False, hang_up=False):
     """A model reply. Strings become text blocks; stop_reason defaults to what the blocks imply.
-    With a `Gate`, FakeAPI streams the first piece of text, then waits for the gate before the rest."""
+    With a `Gate`, FakeAPI streams the first piece of text, then waits for the gate before the rest.
+    `plain_json` and `hang_up` act out odd servers (see the top of this file)."""
     content = [text(block) if isinstance(block, str) else block for block in blocks]
     if stop_reason is None:
         stop_reason = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
-    return {"content": content, "stop_reason": stop_reason, **({"gate": gate} if gate else {})}
+    odd = {"gate": gate, "plain_json": plain_json, "hang_up": hang_up}
+    odd = {key: value for key, value in odd.items() if value}
+    return {"content": content, "stop_reason": stop_reason, **odd}
 
 
 class Gate:
@@ -65,8 +77,9 @@ def press_ctrl_c(request: dict) -> dict:
     return reply("never seen: the interrupt arrives first")
 
 
-def api_error(status: int, message: str) -> dict:
-    return {"error_status": status, "message": message}
+def api_error(status: int, message: str, kind: str = "api_error") -> dict:
+    """The API answers with HTTP `status`, body {"type": "error", "error": {"type": kind, ...}}."""
+    return {"error_status": status, "message": message, "kind": kind}
 
 
 def as_json(value):
@@ -90,6 +103,8 @@ def history_problem(messages: list) -> str | None:
         if index and message["role"] == messages[index - 1]["role"]:
             return f"messages {index - 1} and {index} are both {message['role']} messages"
         blocks = content if isinstance(content, list) else []
+        if any(block["type"] == "text" and not block["text"] for block in blocks):
+            return f"message {index}: text content blocks must be non-empty"
         asked = [block["id"] for block in blocks if block["type"] == "tool_use"]
         if not asked:
             continue
@@ -157,9 +172,11 @@ class ScriptedStream:
     def __exit__(self, *exc):
         return False
 
-    @property
-    def text_stream(self):
-        return text_pieces(self.answer)
+    def __iter__(self):
+        """The stream's events, as far as a stage reads them: each piece of text, then the end."""
+        for piece in text_pieces(self.answer):
+            yield SimpleNamespace(type="text", text=piece)
+        yield SimpleNamespace(type="message_stop")
 
     def get_final_message(self) -> anthropic.types.Message:
         return anthropic.types.Message.model_validate(self.answer)
@@ -178,7 +195,8 @@ class ScriptedClient:
 
     def stream(self, **request) -> ScriptedStream:
         answer = self.script.next_reply(as_json(request))
-        if "error_status" in answer or "silence" in answer:
+        odd = ("error_status", "silence", "plain_json", "hang_up")
+        if any(key in answer for key in odd) or any("raw" in block for block in answer["content"]):
             # The real API would answer with this HTTP error; a test that wants the SDK's
             # exception for it uses FakeAPI, where the real SDK makes that exception.
             raise AssertionError(f"ScriptedClient cannot act out {answer}; use FakeAPI")
@@ -187,7 +205,8 @@ class ScriptedClient:
 
 
 def sse_events(message: dict, gate: Gate | None = None):
-    """A reply as the server-sent events of a streamed Messages API response."""
+    """A reply as the server-sent events of a streamed Messages API response. A reply that hangs up
+    ends after its first piece of text, with no message_stop."""
     usage = message["usage"]
     start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}
     yield {"type": "message_start", "message": start}
@@ -200,10 +219,14 @@ def sse_events(message: dict, gate: Gate | None = None):
                 if gate and not text_sent:
                     gate.opened.wait(5)
                     gate.rest_sent.set()
+                if message.get("hang_up"):
+                    return
                 text_sent = True
         else:
-            yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
-            partial_json = json.dumps(block["input"])
+            started = {key: value for key, value in block.items() if key != "raw"}
+            started["input"] = {}
+            yield {"type": "content_block_start", "index": index, "content_block": started}
+            partial_json = block.get("raw") or json.dumps(block["input"])
             yield {"type": "content_block_delta", "index": index,
                    "delta": {"type": "input_json_delta", "partial_json": partial_json}}
         yield {"type": "content_block_stop", "index": index}
@@ -233,16 +256,21 @@ class FakeAPI:
                     return
                 status = answer.get("error_status", 200)
                 if status != 200:
-                    self.send_json(status, {"type": "error", "error": {"type": "api_error", "message": answer["message"]}})
-                elif request.get("stream"):
+                    request_id = f"req_fake{next(_ids):04d}"
+                    error = {"type": answer.get("kind", "api_error"), "message": answer["message"]}
+                    body = {"type": "error", "error": error, "request_id": request_id}
+                    self.send_json(status, body, request_id)
+                elif request.get("stream") and not answer.pop("plain_json", False):
                     self.send_events(answer)
                 else:
                     answer.pop("gate", None)
                     self.send_json(200, answer)
 
-            def send_json(self, status: int, answer: dict):
+            def send_json(self, status: int, answer: dict, request_id: str | None = None):
                 body = json.dumps(answer).encode()
                 self.send_response(status)
+                if request_id:
+                    self.send_header("request-id", request_id)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

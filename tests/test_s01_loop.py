@@ -1,13 +1,19 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
+import contextlib
+import importlib
 import io
 import json
 import os
+import re
 import select
+import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 
+import anthropic
 import pytest
 from conftest import (
     ROOT,
@@ -19,7 +25,7 @@ from conftest import (
     run_stage,
     stages_from,
 )
-from fake_api import SILENCE, FakeAPI, Gate, api_error, history_problem, reply, tool
+from fake_api import SILENCE, FakeAPI, Gate, api_error, broken_tool, history_problem, reply, tool
 
 import s01_loop
 
@@ -133,6 +139,37 @@ def test_an_empty_reply_keeps_the_history_valid(stage, scripted):
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_an_empty_reply_says_so(stage, scripted, capsys):
+    """A reply with nothing in it (a small model, a compatible server) is said in one line, not
+    left as a usage line with `output 0` and nothing else."""
+    scripted(stage, [reply()])
+    stage.run_turn([], "one")
+    assert "(the model sent an empty reply)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_empty_text_blocks_never_enter_the_history(stage, scripted, capsys):
+    """Some compatible servers send `{"type": "text", "text": ""}` beside a tool call. The API
+    rejects a request that sends such a block back ("text content blocks must be non-empty"), and
+    so does the fake API: the block must be left out of the history."""
+    script = [reply("", tool("bash", command="echo hi")), reply("done"), reply("next")]
+    model = scripted(stage, script)
+    messages = []
+    stage.run_turn(messages, "one")
+    stage.run_turn(messages, "two")
+    assert "done" in capsys.readouterr().out and len(messages) == 6
+    assert history_problem(model.requests[-1]["messages"]) is None
+
+
+def test_the_fake_api_rejects_an_empty_text_block_as_the_real_one_does():
+    """The fake API's history check is only worth what it catches: an empty text block too."""
+    empty = [{"role": "user", "content": "hi"},
+             {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+             {"role": "user", "content": "again"}]
+    assert "text content blocks must be non-empty" in history_problem(empty)
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_requests_ask_for_prompt_caching(stage, scripted):
     """Every call re-sends the whole conversation, so each asks the API to cache it."""
     model = scripted(stage, [reply("hi")])
@@ -183,14 +220,16 @@ def test_api_error_drops_the_failed_turn_and_the_session_goes_on(stage, scripted
 
 def test_an_overloaded_api_is_retried_by_the_sdk(scripted, monkeypatch, capsys):
     """Retrying 429, 529 and 5xx is the SDK's job: the client main() builds keeps its retries,
-    so a passing overload costs a short wait, not the turn."""
+    so a passing overload costs a short wait, not the turn. The wait is shown as it happens, with
+    its reason, from what the SDK logs."""
     with FakeAPI([api_error(529, "overloaded"), reply("made it")]) as api:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         scripted(s01_loop, None, client=s01_loop.make_client())
         s01_loop.run_turn([], "hi")
         assert len(api.requests) == 2
-    assert "made it" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "made it" in out and "(trying again in" in out and "the server answered 529" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -204,13 +243,117 @@ def test_authentication_error_says_to_check_the_key(stage, scripted, capsys):
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_unreachable_api_says_so(stage, scripted, capsys):
-    """No server at ANTHROPIC_BASE_URL: one clear line, no traceback."""
+    """No server at ANTHROPIC_BASE_URL: one clear line with the URL tried and why it failed (from
+    the errors behind the SDK's "Connection error."), naming the setting; no traceback."""
     with FakeAPI([]) as api:
         client = api.client()
     scripted(stage, None, client=client)
     messages = []
     stage.run_turn(messages, "hi")
-    assert "cannot reach the API" in capsys.readouterr().out and messages == []
+    out = capsys.readouterr().out
+    assert f"cannot reach {api.url}/v1/messages: connection refused" in out
+    assert "check ANTHROPIC_BASE_URL" in out and "Traceback" not in out and messages == []
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_https_to_a_plain_http_server_says_tls_failed(stage, scripted, capsys):
+    """`https://` to a server that speaks only http: the SDK says "Connection error."; the stage
+    finds the TLS failure behind it and says so, with the URL tried."""
+    with FakeAPI([]) as api:
+        https = api.url.replace("http://", "https://")
+        client = anthropic.Anthropic(api_key="test-key", base_url=https, max_retries=0)
+        scripted(stage, None, client=client)
+        stage.run_turn([], "hi")
+    out = capsys.readouterr().out
+    assert f"cannot reach {https}/v1/messages: TLS failed" in out and "ANTHROPIC_BASE_URL" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_rejected_request_shows_the_servers_type_message_and_request_id_not_a_dict(
+        stage, scripted, capsys):
+    """A 404 for a wrong MODEL_ID: the line shows the error's type and message from the body and
+    the request id (what a provider's support asks for), not the SDK's Python dict."""
+    with FakeAPI([api_error(404, "model: claude-nope", "not_found_error")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "hi")
+    out = capsys.readouterr().out
+    said = r"API error 404 \(not_found_error: model: claude-nope\), request req_\w+; check"
+    assert re.search(said, out)
+    assert "{'type'" not in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_silent_call_says_so_and_each_retry_is_shown_with_its_reason(stage, scripted, monkeypatch,
+                                                                       capsys):
+    """Waits talk: a call still silent after QUIET_SECONDS says so in one line, and each retry the
+    SDK makes is shown as it happens, with its reason. Into a pipe they are plain lines."""
+    monkeypatch.setattr(stage, "QUIET_SECONDS", 0.05)
+    with FakeAPI([SILENCE, SILENCE]) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
+        stage.run_turn([], "hello?")
+    out = capsys.readouterr().out
+    assert "(no answer yet; a try is given up after 0.3s, API_TIMEOUT" in out
+    assert "(trying again in" in out and "no answer for 0.3s)" in out and "\033[" not in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_tool_arguments_that_are_not_json_get_one_line_not_a_dump(stage, scripted, capsys):
+    """A small model writes a tool call whose arguments are not JSON. The SDK's error quotes all of
+    them (kilobytes); the stage says what the server did and what to check, in one line."""
+    raw = '{"command": ls -la ' + "x" * 3000 + "}"
+    with FakeAPI([reply(broken_tool("bash", raw)), reply("after")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        out = capsys.readouterr().out
+        assert "tool call's arguments are not valid JSON" in out and "MODEL_ID" in out
+        assert "xxxxxxxx" not in out and messages == []
+        stage.run_turn(messages, "two")
+    assert "after" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(stage, scripted,
+                                                                               capsys):
+    """A server that answers a streamed request with one JSON body (no server-sent events): the
+    SDK fails with a bare AssertionError; the stage names what the server did and the setting."""
+    with FakeAPI([reply("hello", plain_json=True)]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "hi")
+    out = capsys.readouterr().out
+    assert "answered a streamed request with plain JSON" in out and "ANTHROPIC_BASE_URL" in out
+    assert "AssertionError" not in out and messages == []
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_stream_that_hangs_up_midway_drops_the_turn_and_runs_no_tool(stage, scripted, workspace,
+                                                                      capsys):
+    """The server closes the stream half-way, before it says why the reply stopped: the SDK hands
+    back a reply with no stop_reason. Its tool call may be cut, so it is not run; the turn is
+    dropped."""
+    with FakeAPI([reply("Half of it", tool("bash", command="touch ran"), hang_up=True)]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "hi")
+    out = capsys.readouterr().out
+    assert "the reply stopped midway" in out and "ANTHROPIC_BASE_URL" in out
+    assert messages == [] and not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_parent_stops_after_max_model_calls_and_says_so(stage, scripted, monkeypatch, capsys):
+    """A weak model may call tools forever. One turn makes at most MAX_MODEL_CALLS model calls;
+    then it stops with a line naming the setting, and the session goes on."""
+    monkeypatch.setattr(stage, "MAX_MODEL_CALLS", 3)
+    busy = [reply(tool("bash", command="true")) for _ in range(3)]
+    model = scripted(stage, [*busy, reply("next")])
+    messages = []
+    stage.run_turn(messages, "loop")
+    assert len(model.requests) == 3 and messages == []
+    assert "made 3 calls without finishing (MAX_MODEL_CALLS)" in capsys.readouterr().out
+    stage.run_turn(messages, "again")
+    assert "next" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -295,9 +438,18 @@ def test_importing_a_stage_has_no_side_effects():
 
 @pytest.fixture
 def user_env(monkeypatch):
-    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings cleared the shell's)."""
+    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings
+    cleared the shell's). What main() changes in this process (the settings it reads, its signal
+    handlers) is put back afterwards."""
     monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
-    return monkeypatch
+    for name in STAGE_NAMES:
+        stage = importlib.import_module(name)
+        for setting in ("API_TIMEOUT", "API_RETRIES", "MAX_TOKENS", "MAX_MODEL_CALLS"):
+            monkeypatch.setattr(stage, setting, getattr(stage, setting))
+    handlers = {stop: signal.getsignal(stop) for stop in (signal.SIGTERM, signal.SIGHUP)}
+    yield monkeypatch
+    for stop, handler in handlers.items():
+        signal.signal(stop, handler)
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -328,15 +480,92 @@ def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
     assert api.requests[0]["messages"][0]["content"] == "make a file"
 
 
-@pytest.mark.parametrize("typed", ["exit\n", "q\n", "Q\n", " EXIT \n", ""], ids=["exit", "q", "Q", "EXIT", "eof"])
+@pytest.mark.parametrize("typed", ["exit\n", "q\n", "Q\n", " EXIT \n", "quit\n", ""],
+                         ids=["exit", "q", "Q", "EXIT", "quit", "eof"])
 def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
-    """`q`, `exit` (in any case) or end of input leave cleanly, without calling the model."""
-    with FakeAPI([]) as api:
+    """`q`, `exit`, `quit` (in any case) or end of input leave cleanly, without calling the
+    model."""
+    with FakeAPI([reply("a quit word was sent to the model")]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "test-key")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url)
         user_env.setattr("sys.stdin", io.StringIO(typed))
         assert s01_loop.main() == 0
     assert api.requests == []
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, capsys):
+    """Before the first request, one line says which model and which endpoint (host only) will be
+    used, so a wrong MODEL_ID or ANTHROPIC_BASE_URL shows at once. The key is never shown."""
+    with FakeAPI([]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "sk-very-secret")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url + "/")
+        user_env.setenv("MODEL_ID", "claude-nope")
+        user_env.setattr("sys.stdin", io.StringIO("q\n"))
+        assert stage.main() == 0
+    out = capsys.readouterr().out
+    assert f"model claude-nope at {api.url.removeprefix('http://')}\n" in out
+    assert "sk-very-secret" not in out
+
+
+@pytest.mark.parametrize("url", ["not a url", "localhost:8080", "http://host:port"])
+def test_a_base_url_that_is_not_a_url_is_said_at_start_up(url, user_env, capsys):
+    """An ANTHROPIC_BASE_URL that is not an http(s) URL cannot work: main() says so and how to
+    write it, and exits with status 2, before any request (the SDK would only say "Connection
+    error.")."""
+    user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+    user_env.setenv("ANTHROPIC_BASE_URL", url)
+    assert s01_loop.main() == 2
+    said = f"ANTHROPIC_BASE_URL={url!r} is not a URL: write it as http://host:port"
+    assert said in capsys.readouterr().err
+
+
+def test_the_no_key_message_comes_before_the_sdk_is_imported():
+    """Importing the SDK takes seconds; without a key there is nothing to import it for, so the
+    message is printed without it, at once."""
+    code = ("import sys, s01_loop, s02_tools, s03_safety, s04_subagent; "
+            "codes = [stage.main() for stage in (s01_loop, s02_tools, s03_safety, s04_subagent)]; "
+            "print(codes, 'anthropic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.stdout.strip() == "[2, 2, 2, 2] False", done.stderr
+    assert done.stderr.count("No API key") == 4
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_settings_for_slow_servers_and_small_models_come_from_the_environment(stage, user_env,
+                                                                              capsys):
+    """API_TIMEOUT, API_RETRIES, MAX_TOKENS and MAX_MODEL_CALLS may be set in the environment (or
+    .env): a CPU server may need minutes before its first word. A value that is not a whole
+    number is said, and the default kept."""
+    with FakeAPI([reply("fine")]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        for name, value in {"API_TIMEOUT": "300", "API_RETRIES": "0", "MAX_TOKENS": "123",
+                            "MAX_MODEL_CALLS": "many"}.items():
+            user_env.setenv(name, value)
+        user_env.setattr("sys.stdin", io.StringIO("hi\nq\n"))
+        assert stage.main() == 0
+    assert api.requests[0]["max_tokens"] == 123
+    assert stage.client.timeout == 300 and stage.client.max_retries == 0
+    assert "MAX_MODEL_CALLS='many' is not a whole number; using 50" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_transcript_that_cannot_be_written_is_said_at_start_up_and_no_turn_is_dropped(
+        stage, user_env, tmp_path, capsys):
+    """TRANSCRIPT names a file in a folder that does not exist: one line at start-up says so and
+    that recording is off; every turn is answered as if TRANSCRIPT were not set."""
+    with FakeAPI([reply("first answer"), reply("second answer")]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        user_env.setenv("TRANSCRIPT", str(tmp_path / "no-such-folder" / "wire.jsonl"))
+        user_env.setattr("sys.stdin", io.StringIO("one\ntwo\n"))
+        assert stage.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("cannot write TRANSCRIPT=") == 1 and "recording is off" in out
+    assert out.index("recording is off") < out.index("first answer") < out.index("second answer")
+    assert "dropped" not in out
 
 
 def test_a_character_the_terminal_cannot_show_does_not_end_the_session(user_env):
@@ -374,6 +603,41 @@ def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(
     stage.run_turn([], "go")
     out = capsys.readouterr().out
     assert "Let me look." in out and "> bash: printf" in out and "one (+2 lines)" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripted, capsys):
+    """A traceback starts with "Traceback (most recent call last):" and ends with the error: for a
+    command that failed, the user sees the last lines (the model still gets all of them)."""
+    failing = ("printf 'Traceback (most recent call last):\\n  one\\n  two\\n  three\\n"
+               "ValueError: boom\\n'; exit 1")
+    scripted(stage, [reply(tool("bash", command=failing)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "  (3 lines before)\n    three\n  ValueError: boom\n  (exit code 1)\n" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_cut_line_ends_with_an_ellipsis_and_counts_agree_in_number(stage, scripted, capsys):
+    """A line too long to show is cut and ends with "…", so it does not look complete; "1 line",
+    never "1 lines"."""
+    command = "echo " + "word " * 40 + "; echo second"
+    scripted(stage, [reply(tool("bash", command=command)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "word word…" in out and "… (+1 line)\n" in out
+
+
+@pytest.mark.parametrize("stage", stages_from("s03_safety"))
+def test_a_refused_command_reads_as_words_and_the_model_still_gets_is_error(stage, scripted,
+                                                                            capsys):
+    """A refusal is shown as words ("refused, not run: sudo changes privileges"), not as a Python
+    class name ("error: PermissionError: ..."); the model's tool_result is still an error."""
+    model = scripted(stage, [reply(tool("bash", command="sudo ls")), reply("ok")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "\n  refused, not run: sudo changes privileges" in out and "PermissionError" not in out
+    assert tool_results(model.requests[1])[0]["is_error"]
 
 
 # -- whatever arrives, the session goes on -------------------------------------------
@@ -478,6 +742,112 @@ def test_the_prompt_has_line_editing_and_history_on_a_terminal(tmp_path):
     assert [r["messages"][-1]["content"] for r in api.requests] == ["count the files"] * 2
 
 
+def as_a_user(script) -> list:
+    """The command that runs `script` as a user's shell does, however pytest was started: Ctrl-C
+    raises KeyboardInterrupt (a suite run as a background job starts with SIGINT ignored, and Python
+    then never raises it), and a pseudo-terminal on stdin is the controlling terminal, so Ctrl-C
+    typed there is a SIGINT. Run with start_new_session=True (a new session may take a terminal)."""
+    code = ("import fcntl, runpy, signal, sys, termios\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "if sys.stdin.isatty():\n"
+            "    fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+            f"sys.argv = [{str(script)!r}]\n"
+            f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
+    return [sys.executable, "-c", code]
+
+
+def start_in_a_terminal(script, env: dict, cwd) -> tuple:
+    """Start a stage in a pseudo-terminal; return the process and the terminal's side."""
+    pty = pytest.importorskip("pty")
+    terminal, stage_side = pty.openpty()
+    process = subprocess.Popen(as_a_user(script), stdin=stage_side, stdout=stage_side,
+                               stderr=stage_side, env=env, cwd=cwd, start_new_session=True)
+    os.close(stage_side)
+    return process, terminal
+
+
+class Screen:
+    """What a stage has shown on a pseudo-terminal. `wait_for(text)` reads on until `text` appears
+    after what was waited for before (one read may bring an answer and the next prompt at once)."""
+
+    def __init__(self, terminal: int):
+        self.terminal, self.shown, self.waited_up_to = terminal, "", 0
+
+    def wait_for(self, text: str, seconds: float = 10) -> None:
+        before, after = self.shown[:self.waited_up_to], self.shown[self.waited_up_to:]
+        assert self.shows(text, seconds), f"no {text!r} on the terminal: {before!r}, then {after!r}"
+
+    def shows(self, text: str, seconds: float) -> bool:
+        """Whether `text` appears within `seconds` (and if so, the next wait starts after it)."""
+        deadline = time.monotonic() + seconds
+        while text not in self.shown[self.waited_up_to:]:
+            left = max(deadline - time.monotonic(), 0)
+            ready, _, _ = select.select([self.terminal], [], [], left)
+            if not ready:
+                return False
+            self.shown += os.read(self.terminal, 4096).decode(errors="replace")
+        self.waited_up_to = self.shown.index(text, self.waited_up_to) + len(text)
+        return True
+
+
+def press_ctrl_c(terminal: int, until) -> None:
+    """Type Ctrl-C until `until()` is true. CPython's readline misses a SIGINT that comes in the
+    instant before it waits for a key (a test types that fast; a person hardly); typed again, it is
+    seen, and the two count as one."""
+    for _ in range(5):
+        os.write(terminal, b"\x03")
+        if until():
+            return
+    raise AssertionError("Ctrl-C had no effect")
+
+
+def exits(process, seconds: float) -> bool:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=seconds)
+    return process.poll() is not None
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_ctrl_c_at_the_prompt_clears_a_typed_line_and_asks_once_on_an_empty_one(stage, tmp_path):
+    """At the prompt, Ctrl-C throws away what is typed and the prompt comes back, as in bash. On an
+    empty prompt it asks once; a second Ctrl-C leaves. The conversation is never lost by
+    accident."""
+    with FakeAPI([reply("the answer")]) as api:
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url, TERM="xterm")
+        process, terminal = start_in_a_terminal(ROOT / f"{stage.__name__}.py", env, tmp_path)
+        prompt, screen = f"{stage.STAGE} >> ", Screen(terminal)
+        try:
+            hint = "(press Ctrl-C again or type q to leave)"
+            screen.wait_for(prompt)
+            os.write(terminal, b"half a request")
+            screen.wait_for("half a request")
+            press_ctrl_c(terminal, until=lambda: screen.shows(prompt, 2))
+            assert hint not in screen.shown  # the line was cleared; nothing was asked
+            os.write(terminal, b"the real request\r")
+            screen.wait_for("the answer")
+            screen.wait_for(prompt)
+            press_ctrl_c(terminal, until=lambda: screen.shows(hint, 2))
+            screen.wait_for(prompt)
+            press_ctrl_c(terminal, until=lambda: exits(process, 2))
+            assert process.returncode == 0
+        finally:
+            process.kill()
+            os.close(terminal)
+    assert [r["messages"][-1]["content"] for r in api.requests] == ["the real request"]
+
+
+def test_ctrl_c_during_start_up_exits_quietly_with_status_130(tmp_path):
+    """Loading the SDK takes seconds, and a user may press Ctrl-C meanwhile: the stage leaves with
+    status 130 (as shells do for Ctrl-C) and no traceback. The SIGINT is sent while the SDK is
+    imported: a stand-in `anthropic` module, first on the path, sends it to its own process."""
+    stand_in = "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nwhile True:\n    pass\n"
+    (tmp_path / "anthropic.py").write_text(stand_in)
+    env = clean_env(ANTHROPIC_API_KEY="test-key", PYTHONPATH=str(tmp_path))
+    done = subprocess.run(as_a_user(ROOT / "s01_loop.py"), input="hi\n", env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 130 and done.stderr == "" and "Traceback" not in done.stdout
+
+
 def read_until(terminal: int, text: str, seconds: float = 10) -> str:
     """Read a pseudo-terminal until `text` has appeared (the next prompt, say)."""
     seen, deadline = "", time.monotonic() + seconds
@@ -548,7 +918,9 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
         messages, started = [], time.monotonic()
         stage.run_turn(messages, "hello?")
         waited = time.monotonic() - started
-        assert "no answer for 0.3s, 2 times" in capsys.readouterr().out and messages == []
+        out = capsys.readouterr().out
+        assert "no answer in 0.3s, 2 times" in out and messages == []
+        assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out
         stage.run_turn(messages, "and now?")
     assert waited < 2 * 0.3 + 2  # two waits, plus the SDK's pause between tries
     assert "back again" in capsys.readouterr().out
@@ -557,7 +929,8 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, monkeypatch, capsys):
     """With streaming the timeout is the longest gap between two pieces of the answer, not the whole
-    answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped."""
+    answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped.
+    The SDK says only "timed out"; the stage says it like a silent server, naming the settings."""
     gate = Gate()  # never opened: after its first words the server says nothing more
     with FakeAPI([reply("I will now say noth", "ing more.", gate=gate)]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
@@ -565,7 +938,8 @@ def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, mo
         stage.run_turn(messages, "talk")
         gate.opened.set()
     out = capsys.readouterr().out
-    assert "I will now say" in out and "timed out" in out and messages == []
+    assert "I will now say" in out and "the reply stopped midway, nothing more for 0.3s" in out
+    assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -608,8 +982,9 @@ def test_the_transcript_holds_each_call_as_sent_and_answered_without_the_key(sta
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_failed_call_is_in_the_transcript_with_no_response(stage, scripted, tmp_path, monkeypatch):
-    """A call that fails is recorded too, with "response": null: the request is what to look at."""
+def test_a_failed_call_is_in_the_transcript_with_its_error(stage, scripted, tmp_path, monkeypatch):
+    """A call that fails is recorded too, with "response": null and "error": what went wrong, as
+    the user was told it."""
     transcript = tmp_path / "wire.jsonl"
     monkeypatch.setenv("TRANSCRIPT", str(transcript))
     with FakeAPI([api_error(400, "bad request")]) as api:
@@ -617,6 +992,52 @@ def test_a_failed_call_is_in_the_transcript_with_no_response(stage, scripted, tm
         stage.run_turn([], "go")
     [line] = read_transcript(transcript)
     assert line["request"]["messages"][0]["content"] == "go" and line["response"] is None
+    assert line["error"].startswith("API error 400 (api_error: bad request)")
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(
+        stage, scripted, tmp_path, monkeypatch):
+    """Each line also carries "time" (when the call started, ISO 8601 UTC), "seconds" (how long it
+    took), "session" (one random id per run), "turn" (your turn, from 1) and "agent", so that a
+    viewer can group and time the calls. A successful call has no "error"."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(stage, "turn_number", 0)
+    scripted(stage, [reply(tool("bash", command="echo hi")), reply("done"), reply("again")])
+    stage.run_turn([], "one")
+    stage.run_turn([], "two")
+    lines = read_transcript(transcript)
+    assert [line["turn"] for line in lines] == [1, 1, 2]
+    assert {line["session"] for line in lines} == {stage.SESSION}
+    assert re.fullmatch(r"[0-9a-f]{8}", stage.SESSION)
+    for line in lines:
+        assert list(line)[:5] == ["time", "seconds", "session", "turn", "agent"]
+        assert line["agent"] == "parent"
+        assert datetime.fromisoformat(line["time"]).utcoffset().total_seconds() == 0
+        assert isinstance(line["seconds"], float) and line["seconds"] >= 0
+        assert "error" not in line and "task" not in line
+
+
+def test_a_call_cut_short_by_sigterm_is_still_recorded(tmp_path):
+    """`timeout 60 python s01_loop.py` or a closed terminal ends the program with a signal while a
+    call may be under way: that call is still in the transcript, with its error."""
+    transcript, stage_process = tmp_path / "wire.jsonl", []
+
+    def sigterm_while_the_model_thinks(request: dict) -> dict:
+        stage_process[0].send_signal(signal.SIGTERM)
+        return SILENCE
+
+    with FakeAPI([sigterm_while_the_model_thinks]) as api:
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url,
+                        TRANSCRIPT=str(transcript))
+        stage_process.append(subprocess.Popen([sys.executable, str(ROOT / "s01_loop.py")],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, env=env, cwd=tmp_path))
+        _, err = stage_process[0].communicate(b"hi\n", timeout=30)
+    assert stage_process[0].returncode == 128 + signal.SIGTERM and b"Traceback" not in err
+    [line] = read_transcript(transcript)
+    assert line["response"] is None and "stopped by a signal" in line["error"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

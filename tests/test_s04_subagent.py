@@ -178,3 +178,25 @@ def test_the_transcript_tells_the_childs_calls_from_the_parents(scripted, tmp_pa
     lines = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert [line["agent"] for line in lines] == ["parent", "child", "child", "parent"]
     assert lines[1]["request"]["messages"] == [{"role": "user", "content": "List the files."}]
+
+
+def test_two_tasks_of_one_turn_are_told_apart_in_the_transcript(scripted, tmp_path, monkeypatch):
+    """Each child's transcript lines name the task call that started it ("task": its tool_use id),
+    so two children of one turn can be told apart; the parent's lines have no "task"."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    first, second = tool("task", prompt="Look at a."), tool("task", prompt="Look at b.")
+    children = [reply("a is fine"), reply("b is fine")]
+    scripted(s04, [reply(first, second), *children, reply("Both fine.")])
+    s04.run_turn([], "check a and b")
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert [line.get("task") for line in lines] == [None, first["id"], second["id"], None]
+    assert [line["agent"] for line in lines] == ["parent", "child", "child", "parent"]
+    assert lines[1]["request"]["messages"][0]["content"] == "Look at a."
+
+
+def test_a_child_of_one_turn_is_summed_up_as_1_turn(scripted, capsys):
+    """The summary line agrees in number: "1 turn", not "1 turns"."""
+    scripted(s04, [delegate(), reply("found"), reply("Done.")])
+    s04.run_turn([], "go")
+    assert "= subagent: 1 turn, no tools," in capsys.readouterr().out

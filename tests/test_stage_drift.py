@@ -16,9 +16,10 @@ CHANGED = {
     # the system prompt says whether the network is on; main says what the wall holds
     "s03_safety": {"STAGE", "system_prompt", "run_bash", "read_file", "write_file", "edit_file", "list_dir",
                    "main"},
-    # the loop's pieces take the tools (and the child's indent) as arguments, so two agents share them
+    # the loop's pieces take the tools (and the child's indent) as arguments, so two agents share
+    # them; only the parent's text streams onto the screen; a child's transcript lines name its task
     "s04_subagent": {"STAGE", "system_prompt", "dispatch", "run_tool", "show_tool_call", "show_tool_result",
-                     "call_model", "take_reply", "agent_loop"},
+                     "stream_reply", "call_model", "take_reply", "agent_loop"},
 }
 
 PAIRS = list(itertools.pairwise(STAGE_NAMES))
