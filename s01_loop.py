@@ -108,15 +108,19 @@ def run_bash(command: str) -> str:
 
 
 def tool_result(block, text: str, is_error: bool = False) -> dict:
-    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text), "is_error": is_error}
+    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
+            "is_error": is_error}
 
 
 def dispatch(block) -> dict:
     """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
     if block.name != "bash":
-        return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'", True)
+        return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'",
+                           True)
     if not isinstance(block.input, dict):
-        return tool_result(block, f"error: a tool's input must be an object of arguments, not {type(block.input).__name__}", True)
+        kind = type(block.input).__name__
+        problem = f"error: a tool's input must be an object of arguments, not {kind}"
+        return tool_result(block, problem, True)
     command = block.input.get("command")
     if not isinstance(command, str):
         return tool_result(block, "error: bash needs a 'command' string", True)
@@ -148,7 +152,8 @@ def shorten(line: str, width: int = 120) -> str:
 
 
 def show_tool_call(block) -> None:
-    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}  # shown before it is checked
+    # Shown before it is checked: the input may be anything.
+    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
     args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
     print(dim(f"> {block.name}: {shorten(args)}"))
 
@@ -180,13 +185,15 @@ def run_tool(block) -> dict:
 
 
 def context_tokens(usage) -> int:
-    """All the model read for one call: new input, plus what was read from or written to the cache."""
-    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return usage.input_tokens + cached
 
 
 def show_usage(usage) -> None:
     """One line per model call: how big the context is, and how much came from the cache."""
-    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read from cache; "
+    cached = usage.cache_read_input_tokens or 0
+    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
               f"output {usage.output_tokens:,}]"))
 
 
@@ -246,7 +253,8 @@ def call_model(messages: list):
         "system": system_prompt(),
         "messages": messages,
         "tools": TOOLS,
-        "tool_choice": {"type": "auto"},  # the API's default, but some compatible servers offer no tools without it
+        # The API's default, but some compatible servers offer no tools without it.
+        "tool_choice": {"type": "auto"},
         "max_tokens": MAX_TOKENS,
         # Every call re-sends the whole conversation; caching makes the repeat cheap.
         "cache_control": {"type": "ephemeral"},
@@ -277,7 +285,8 @@ def take_reply(messages: list, response) -> str | None:
     if reason == "refusal":
         raise TurnFailed("the model declined this request (refusal); rephrase it and try again")
     if reason == "model_context_window_exceeded":
-        raise TurnFailed("the conversation no longer fits the model's context window; start a new session")
+        raise TurnFailed("the conversation no longer fits the model's context window; "
+                         "start a new session")
     if reason is None:  # the stream ended before the server said why the reply stopped
         raise TurnFailed("the reply stopped midway (the server closed the stream); "
                          "check ANTHROPIC_BASE_URL")
@@ -287,7 +296,7 @@ def take_reply(messages: list, response) -> str | None:
     if not content:
         print(dim("(the model sent an empty reply)"))
         content = [{"type": "text", "text": "(empty reply)"}]
-    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply goes on with the same message
+    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply continues it
         messages[-1]["content"] = [*messages[-1]["content"], *content]
     else:
         messages.append({"role": "assistant", "content": content})
@@ -297,8 +306,9 @@ def take_reply(messages: list, response) -> str | None:
     if reason == "max_tokens":
         print(dim("(the reply was cut off at max_tokens)"))
         if calls:  # a cut-off call may have lost arguments: answer it, never run it
-            cut = "error: not run: your reply was cut off at max_tokens. Try again with a shorter call."
-            messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
+            cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
+            results = [tool_result(block, cut, True) for block in calls]
+            messages.append({"role": "user", "content": results})
             return None
     if reason == "tool_use" and calls:
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
@@ -389,7 +399,8 @@ def run_turn(messages: list, user_text: str) -> None:
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
         agent_loop(messages)
-    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - nothing that goes wrong in a turn ends the session
+    # Nothing that goes wrong in a turn ends the session.
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
         print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
               "(files it changed stay changed).")
@@ -468,7 +479,7 @@ def typed_so_far() -> str:
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS
-    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show is printed as "?"
+    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv()
     API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
     API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
@@ -491,7 +502,8 @@ def main() -> int:
         signal.signal(stop, lambda number, frame: sys.exit(128 + number))
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
-            import readline  # noqa: F401 - loading it gives input() line editing, and Up recalls earlier lines
+            # Loading it gives input() line editing, and Up recalls earlier lines.
+            import readline  # noqa: F401
     messages, warned = [], False
     while True:
         try:

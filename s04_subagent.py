@@ -103,7 +103,8 @@ CHILD_TOOLS = [
     },
     {
         "name": "edit_file",
-        "description": "Replace `old_text`, which must occur exactly once in the file, with `new_text`.",
+        "description": "Replace `old_text`, which must occur exactly once in the file, "
+                       "with `new_text`.",
         "input_schema": {
             "type": "object",
             "properties": {
@@ -127,13 +128,15 @@ CHILD_TOOLS = [
 TASK_TOOL = {
     "name": "task",
     "description": (
-        "Hand a self-contained sub-task (exploring code, a focused change) to a subagent. It starts "
-        "with an empty context, has your tools except task, and returns only a summary of its work."
+        "Hand a self-contained sub-task (exploring code, a focused change) to a subagent. It "
+        "starts with an empty context, has your tools except task, and returns only a summary "
+        "of its work."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
-            "prompt": {"type": "string", "description": "everything the subagent needs to know: it sees nothing else"},
+            "prompt": {"type": "string",
+                       "description": "all the subagent needs to know: it sees nothing else"},
             "description": {"type": "string", "description": "a short label to show the user"},
         },
         "required": ["prompt"],
@@ -375,7 +378,7 @@ def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp [-R] M
     return None
 
 
-def check_power(args: list) -> str | None:  # init 0, telinit 6, systemctl poweroff, loginctl suspend
+def check_power(args: list) -> str | None:  # init 0, systemctl poweroff, loginctl suspend
     return "turns the machine off, or suspends it" if POWER & set(args) else None
 
 
@@ -716,8 +719,9 @@ def run_bash(command: str) -> str:
     return output or "(no output)"
 
 
-FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-              (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
 
 
 def check_kind(file: Path, path: str, wanted: str = "a regular file") -> None:
@@ -749,15 +753,18 @@ def read_file(path: str, limit: int | None = None) -> str:
     if limit is not None and limit < 1:
         raise ValueError("limit must be at least 1")
     try:
-        # Text mode decodes as it reads: a character split by a read boundary is completed by the next read.
-        with open(file, encoding="utf-8", newline="") as opened:  # newline="": \r\n is shown as it is
+        # Text mode decodes as it reads: a character split between two reads is completed by the
+        # second. newline="": \r\n is shown as it is.
+        with open(file, encoding="utf-8", newline="") as opened:
             text = read_start(opened, limit)
             more = opened.read(1) != ""
             size = os.fstat(opened.fileno()).st_size
         if "\0" in text:
             raise UnicodeError
     except UnicodeError:
-        raise ValueError(f"{path} is a binary or non-UTF-8 file ({file.stat().st_size:,} bytes); not shown") from None
+        size = file.stat().st_size
+        problem = f"{path} is a binary or non-UTF-8 file ({size:,} bytes); not shown"
+        raise ValueError(problem) from None
     if not more:
         return text
     left = size - len(text.encode())  # the rest was never read: the file's size says how big it is
@@ -770,17 +777,18 @@ def write_atomically(file: Path, text: str) -> None:
     Until the rename the old file is untouched, so a failed write leaves it as it was. And
     the name gets a new file of its own: a hard link's other name keeps the old content.
     """
-    target = file.resolve()  # through a symlink, as open() would go: the file it points to is replaced
+    target = file.resolve()  # through a symlink, as open() goes: the file it points to is replaced
     if target.exists() and not os.access(target, os.W_OK):
         raise PermissionError(f"{file} is read-only")
     temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
-        with open(temp, "x", encoding="utf-8", newline="") as out:  # "x": a new file, with the usual permissions
+        # "x": a new file, with the usual permissions.
+        with open(temp, "x", encoding="utf-8", newline="") as out:
             if target.exists():  # keep its permission bits: a script stays executable
                 os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
             out.write(text)  # newline="": write exactly what was given
             out.flush()
-            os.fsync(out.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+            os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -808,7 +816,8 @@ def edit_file(path: str, old_text: str, new_text: str) -> str:
     if found == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if found > 1:
-        raise ValueError(f"old_text occurs {found} times in {path}; add surrounding lines so it matches once")
+        raise ValueError(f"old_text occurs {found} times in {path}; "
+                         "add surrounding lines so it matches once")
     write_atomically(file, text.replace(old_text, new_text))
     return f"edited {path}"
 
@@ -838,24 +847,30 @@ def check_args(schema: dict, args: dict) -> str | None:
     for name, value in args.items():
         spec = schema["properties"].get(name)
         if spec is None:
-            return f"unexpected argument {name!r}; this tool takes {', '.join(schema['properties'])}"
+            takes = ", ".join(schema["properties"])
+            return f"unexpected argument {name!r}; this tool takes {takes}"
         if not isinstance(value, JSON_TYPES[spec["type"]]) or isinstance(value, bool):
             return f"argument {name!r} must be of type {spec['type']}, not {type(value).__name__}"
     return None
 
 
 def tool_result(block, text: str, is_error: bool = False) -> dict:
-    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text), "is_error": is_error}
+    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
+            "is_error": is_error}
 
 
 def dispatch(block, tools: list) -> dict:
     """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
     schemas = {tool["name"]: tool["input_schema"] for tool in tools}
     if block.name not in schemas:
-        return tool_result(block, f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}", True)
+        problem = f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}"
+        return tool_result(block, problem, True)
     if not isinstance(block.input, dict):
-        return tool_result(block, f"error: a tool's input must be an object of arguments, not {type(block.input).__name__}", True)
-    args = {name: value for name, value in block.input.items() if value is not None}  # null means "not given"
+        kind = type(block.input).__name__
+        problem = f"error: a tool's input must be an object of arguments, not {kind}"
+        return tool_result(block, problem, True)
+    # null means "not given".
+    args = {name: value for name, value in block.input.items() if value is not None}
     problem = check_args(schemas[block.name], args)
     if problem:
         return tool_result(block, f"error: {block.name}: {problem}", True)
@@ -890,9 +905,10 @@ def shorten(line: str, width: int = 120) -> str:
 
 
 def show_tool_call(block, indent: str = "") -> None:
-    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}  # shown before it is checked
+    # Shown before it is checked: the input may be anything.
+    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
     args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
-    label = str(arguments.get("description") or "")  # any type may come: the arguments are not checked yet
+    label = str(arguments.get("description") or "")  # any type may come: not checked yet
     print(dim(f"{indent}> {block.name}: {shorten(label or args)}"))
 
 
@@ -925,13 +941,15 @@ def run_tool(block, tools: list, indent: str = "") -> dict:
 
 
 def context_tokens(usage) -> int:
-    """All the model read for one call: new input, plus what was read from or written to the cache."""
-    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return usage.input_tokens + cached
 
 
 def show_usage(usage) -> None:
     """One line per model call: how big the context is, and how much came from the cache."""
-    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read from cache; "
+    cached = usage.cache_read_input_tokens or 0
+    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
               f"output {usage.output_tokens:,}]"))
 
 
@@ -991,7 +1009,8 @@ def call_model(messages: list, tools: list, system: str, agent: str = "parent", 
         "system": system,
         "messages": messages,
         "tools": tools,
-        "tool_choice": {"type": "auto"},  # the API's default, but some compatible servers offer no tools without it
+        # The API's default, but some compatible servers offer no tools without it.
+        "tool_choice": {"type": "auto"},
         "max_tokens": MAX_TOKENS,
         # Every call re-sends the whole conversation; caching makes the repeat cheap.
         "cache_control": {"type": "ephemeral"},
@@ -1013,7 +1032,8 @@ def call_model(messages: list, tools: list, system: str, agent: str = "parent", 
     response = line["response"]
     if text_of(response.content) and agent == "parent":
         print()  # end the line the text streamed onto
-    elif text_of(response.content) and response.stop_reason == "tool_use":  # its last answer shows as the task result
+    # A child's last answer shows as the task's result.
+    elif text_of(response.content) and response.stop_reason == "tool_use":
         print(textwrap.indent(text_of(response.content), "    "))
     return response
 
@@ -1028,7 +1048,8 @@ def take_reply(messages: list, response, tools: list, indent: str = "") -> str |
     if reason == "refusal":
         raise TurnFailed("the model declined this request (refusal); rephrase it and try again")
     if reason == "model_context_window_exceeded":
-        raise TurnFailed("the conversation no longer fits the model's context window; start a new session")
+        raise TurnFailed("the conversation no longer fits the model's context window; "
+                         "start a new session")
     if reason is None:  # the stream ended before the server said why the reply stopped
         raise TurnFailed("the reply stopped midway (the server closed the stream); "
                          "check ANTHROPIC_BASE_URL")
@@ -1038,7 +1059,7 @@ def take_reply(messages: list, response, tools: list, indent: str = "") -> str |
     if not content:
         print(dim(f"{indent}(the model sent an empty reply)"))
         content = [{"type": "text", "text": "(empty reply)"}]
-    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply goes on with the same message
+    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply continues it
         messages[-1]["content"] = [*messages[-1]["content"], *content]
     else:
         messages.append({"role": "assistant", "content": content})
@@ -1048,11 +1069,13 @@ def take_reply(messages: list, response, tools: list, indent: str = "") -> str |
     if reason == "max_tokens":
         print(dim("(the reply was cut off at max_tokens)"))
         if calls:  # a cut-off call may have lost arguments: answer it, never run it
-            cut = "error: not run: your reply was cut off at max_tokens. Try again with a shorter call."
-            messages.append({"role": "user", "content": [tool_result(block, cut, True) for block in calls]})
+            cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
+            results = [tool_result(block, cut, True) for block in calls]
+            messages.append({"role": "user", "content": results})
             return None
     if reason == "tool_use" and calls:
-        messages.append({"role": "user", "content": [run_tool(block, tools, indent) for block in calls]})
+        results = [run_tool(block, tools, indent) for block in calls]
+        messages.append({"role": "user", "content": results})
         return None
     return text_of(response.content)
 
@@ -1140,7 +1163,8 @@ def run_turn(messages: list, user_text: str) -> None:
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
         agent_loop(messages)
-    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - nothing that goes wrong in a turn ends the session
+    # Nothing that goes wrong in a turn ends the session.
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
         print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
               "(files it changed stay changed).")
@@ -1188,7 +1212,7 @@ def run_task(prompt: str, description: str = "") -> str:
     return run_subagent(prompt, running_call_id)  # the description is only a label for the user
 
 
-TOOL_HANDLERS["task"] = run_task  # a handler for the parent's extra tool; the child is never offered it
+TOOL_HANDLERS["task"] = run_task  # the parent's extra tool; the child is never offered it
 
 
 # -- start-up ------------------------------------------------------------------
@@ -1274,7 +1298,7 @@ def wall_state() -> str:
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS
-    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show is printed as "?"
+    sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv()
     API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
     API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
@@ -1302,7 +1326,8 @@ def main() -> int:
         signal.signal(stop, lambda number, frame: sys.exit(128 + number))
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
-            import readline  # noqa: F401 - loading it gives input() line editing, and Up recalls earlier lines
+            # Loading it gives input() line editing, and Up recalls earlier lines.
+            import readline  # noqa: F401
     messages, warned = [], False
     while True:
         try:
