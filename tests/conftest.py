@@ -16,9 +16,15 @@ NO_WALL = importlib.import_module("s03_safety").bwrap_problem()  # why the wall 
 
 
 def stages_from(first: str) -> list:
-    """The stages from `first` on, as pytest params: a later stage must keep an earlier one's promises."""
+    """The stages from `first` on, as pytest params: a later stage must keep an earlier one's promises.
+    The quick run (the README's command) checks the first and the last of them; the stages between
+    are marked slow and run in CI (`python -m pytest -m ""`). The code they share with those two is
+    the same, and tests/test_stage_drift.py checks that it stays so."""
     names = STAGE_NAMES[STAGE_NAMES.index(first):]
-    return [pytest.param(importlib.import_module(name), id=name) for name in names]
+    between = names[1:-1]
+    return [pytest.param(importlib.import_module(name), id=name,
+                         marks=[pytest.mark.slow] if name in between else [])
+            for name in names]
 
 
 def clean_env(**extra) -> dict:
@@ -34,7 +40,8 @@ def run_stage(script: Path, stdin: str, env: dict, cwd: Path) -> subprocess.Comp
                           capture_output=True, text=True, timeout=30, check=False)
 
 
-USER_SETTINGS = ("MODEL_ID", "TRANSCRIPT", "SANDBOX", "NETWORK", "NO_COLOR")  # and every ANTHROPIC_*
+USER_SETTINGS = ("MODEL_ID", "TRANSCRIPT", "SANDBOX", "NETWORK", "NO_COLOR", "API_TIMEOUT", "API_RETRIES",
+                 "MAX_TOKENS", "MAX_MODEL_CALLS")  # and every ANTHROPIC_* variable
 
 
 @pytest.fixture(autouse=True)
