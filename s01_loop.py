@@ -11,6 +11,10 @@
 Key insight: an agent is a loop around a model call. The model decides when
 the loop ends; the code only runs the tools it asks for and keeps the history
 valid (every tool_use answered by a tool_result, whatever goes wrong).
+
+Map: settings and the tool's schema; the loop (agent_loop, call_model,
+take_reply, run_turn); the tool (run_bash, dispatch); what you see and the
+wire (safe to skip on a first reading); start-up (main).
 """
 
 import contextlib
@@ -69,180 +73,20 @@ TOOLS = [
 ]
 
 
-def valid_utf8(text: str) -> str:
-    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
-    with lone surrogates, which cannot be sent; each becomes the replacement character."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+# -- the loop: call the model, run the tools it asks for, until it stops ---------
 
 
-def system_prompt() -> str:
-    return valid_utf8(
-        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        "and change files, then answer briefly."
-    )
-
-
-# -- the tool ----------------------------------------------------------------
-
-
-def cap(text: str) -> str:
-    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
-    if len(text) <= MAX_OUTPUT:
-        return text
-    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
-
-
-def run_bash(command: str) -> str:
-    """Run a shell command in WORKDIR; return its output and any failure."""
-    try:
-        done = subprocess.run(
-            ["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-    except subprocess.TimeoutExpired:
-        return f"error: timed out after {BASH_TIMEOUT}s"
-    output = done.stdout.decode(errors="replace")
-    if done.returncode != 0:
-        output += f"\n(exit code {done.returncode})"
-    return cap(output) or "(no output)"
-
-
-def tool_result(block, text: str, is_error: bool = False) -> dict:
-    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
-            "is_error": is_error}
-
-
-def dispatch(block) -> dict:
-    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
-    if block.name != "bash":
-        return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'",
-                           True)
-    if not isinstance(block.input, dict):
-        kind = type(block.input).__name__
-        problem = f"error: a tool's input must be an object of arguments, not {kind}"
-        return tool_result(block, problem, True)
-    command = block.input.get("command")
-    if not isinstance(command, str):
-        return tool_result(block, "error: bash needs a 'command' string", True)
-    return tool_result(block, run_bash(command))
-
-
-# -- the loop ----------------------------------------------------------------
-
-
-class TurnFailed(Exception):
-    """A turn that cannot go on; it is dropped from the history and the message shown."""
-
-
-def dim(text: str) -> str:
-    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
-    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-        return f"\033[2m{text}\033[0m"
-    return text
-
-
-def count(number: int, thing: str) -> str:
-    """A number and its noun: "1 line", "2 lines"."""
-    return f"{number:,} {thing}" if number == 1 else f"{number:,} {thing}s"
-
-
-def shorten(line: str, width: int = 120) -> str:
-    """A line cut to `width` characters, ending with … when something was cut."""
-    return line if len(line) <= width else line[:width - 1] + "…"
-
-
-def show_tool_call(block) -> None:
-    # Shown before it is checked: the input may be anything.
-    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
-    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
-    print(dim(f"> {block.name}: {shorten(args)}"))
-
-
-def show_tool_result(result: dict) -> None:
-    """A glimpse of a result (the model gets all of it): its first line; for an error or a failed
-    command, its last lines, where a traceback says what went wrong."""
-    # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
-    # Python words and keep the user's.
-    text = re.sub(r"^error: \w+Error: ", "", result["content"])
-    lines = [line for line in text.splitlines() if line.strip()] or [""]
-    failed = result["is_error"] or lines[-1].startswith("(exit code")
-    if not failed or len(lines) == 1:
-        more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
-        print(dim(f"  {shorten(lines[0])}{more}"))
-        return
-    if len(lines) > 3:
-        print(dim(f"  ({count(len(lines) - 3, 'line')} before)"))
-    for line in lines[-3:]:
-        print(dim(f"  {shorten(line)}"))
-
-
-def run_tool(block) -> dict:
-    """Run one tool call, showing the call and a glimpse of its result."""
-    show_tool_call(block)
-    result = dispatch(block)
-    show_tool_result(result)
-    return result
-
-
-def context_tokens(usage) -> int:
-    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
-    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
-    return usage.input_tokens + cached
-
-
-def show_usage(usage) -> None:
-    """One line per model call: how big the context is, and how much came from the cache."""
-    cached = usage.cache_read_input_tokens or 0
-    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
-              f"output {usage.output_tokens:,}]"))
-
-
-def text_of(content) -> str:
-    return "\n".join(block.text for block in content if block.type == "text")
-
-
-def save_transcript(line: dict | None) -> None:
-    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call (the s01 note lists its
-    fields). The key is not among them: the client sends it as a header. A file that cannot be
-    written is said once and recording stops: a transcript is never worth a turn. main() calls
-    this with None at start-up, to find that out before the first turn."""
-    path = os.environ.get("TRANSCRIPT")
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as file:
-            if line is not None:
-                as_plain = lambda sdk_object: sdk_object.model_dump(mode="json", exclude_none=True)
-                file.write(json.dumps(line, default=as_plain) + "\n")  # the reply is an SDK object
-    except OSError as error:
-        del os.environ["TRANSCRIPT"]
-        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
-
-
-def stream_reply(request: dict):
-    """Send the request and print the reply's text as it streams in; return the whole reply.
-    A server still silent after QUIET_SECONDS is said to be so: one line, not a frozen screen."""
-    waiting = threading.Timer(QUIET_SECONDS, print, [dim(
-        f"(no answer yet; a try is given up after {API_TIMEOUT}s, API_TIMEOUT. Ctrl-C cancels)")])
-    waiting.start()
-    events = 0
-    try:
-        with client.messages.stream(**request) as stream:
-            try:
-                for event in stream:
-                    waiting.cancel()  # the server is talking
-                    events += 1
-                    if event.type == "text":
-                        print(event.text, end="", flush=True)
-            except ValueError:  # the SDK could not parse a tool call's arguments (it quotes them)
-                raise TurnFailed("a tool call's arguments are not valid JSON; try again, or check "
-                                 "MODEL_ID (small models write broken calls)") from None
-            if events == 0:  # the body held no server-sent events: nothing to build a reply from
-                raise TurnFailed("the server answered a streamed request with plain JSON, not "
-                                 "events; check ANTHROPIC_BASE_URL (the endpoint must stream)")
-            return stream.get_final_message()
-    finally:
-        waiting.cancel()
+def agent_loop(messages: list) -> str:
+    """Call the model and run its tools until it stops; return its final text. A model that never
+    stops (a weak one can loop) is stopped after MAX_MODEL_CALLS calls."""
+    for _ in range(MAX_MODEL_CALLS):
+        response = call_model(messages)
+        show_usage(response.usage)
+        final_text = take_reply(messages, response)
+        if final_text is not None:
+            return final_text
+    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS); "
+                     "ask for a smaller step")
 
 
 def call_model(messages: list):
@@ -316,17 +160,198 @@ def take_reply(messages: list, response) -> str | None:
     return text_of(response.content)
 
 
-def agent_loop(messages: list) -> str:
-    """Call the model and run its tools until it stops; return its final text. A model that never
-    stops (a weak one can loop) is stopped after MAX_MODEL_CALLS calls."""
-    for _ in range(MAX_MODEL_CALLS):
-        response = call_model(messages)
-        show_usage(response.usage)
-        final_text = take_reply(messages, response)
-        if final_text is not None:
-            return final_text
-    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS); "
-                     "ask for a smaller step")
+def run_turn(messages: list, user_text: str) -> None:
+    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
+    global turn_number
+    turn_number += 1  # the transcript says which turn each call belongs to
+    start = len(messages)
+    messages.append({"role": "user", "content": valid_utf8(user_text)})
+    try:
+        agent_loop(messages)
+    # Nothing that goes wrong in a turn ends the session.
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
+        del messages[start:]
+        print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
+              "(files it changed stay changed).")
+
+
+def system_prompt() -> str:
+    return valid_utf8(
+        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
+        "and change files, then answer briefly."
+    )
+
+
+class TurnFailed(Exception):
+    """A turn that cannot go on; it is dropped from the history and the message shown."""
+
+
+# -- the tool: bash, and a tool_result for every tool_use -------------------------
+
+
+def cap(text: str) -> str:
+    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
+
+
+def run_bash(command: str) -> str:
+    """Run a shell command in WORKDIR; return its output and any failure."""
+    try:
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+    except subprocess.TimeoutExpired:
+        return f"error: timed out after {BASH_TIMEOUT}s"
+    output = done.stdout.decode(errors="replace")
+    if done.returncode != 0:
+        output += f"\n(exit code {done.returncode})"
+    return cap(output) or "(no output)"
+
+
+def tool_result(block, text: str, is_error: bool = False) -> dict:
+    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
+            "is_error": is_error}
+
+
+def dispatch(block) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
+    if block.name != "bash":
+        return tool_result(block, f"error: unknown tool {block.name!r}; the only tool is 'bash'",
+                           True)
+    if not isinstance(block.input, dict):
+        kind = type(block.input).__name__
+        problem = f"error: a tool's input must be an object of arguments, not {kind}"
+        return tool_result(block, problem, True)
+    command = block.input.get("command")
+    if not isinstance(command, str):
+        return tool_result(block, "error: bash needs a 'command' string", True)
+    return tool_result(block, run_bash(command))
+
+
+def run_tool(block) -> dict:
+    """Run one tool call, showing the call and a glimpse of its result."""
+    show_tool_call(block)
+    result = dispatch(block)
+    show_tool_result(result)
+    return result
+
+
+# -- what you see: calls, results and usage on the screen (safe to skip) ---------
+
+
+def dim(text: str) -> str:
+    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        return f"\033[2m{text}\033[0m"
+    return text
+
+
+def count(number: int, thing: str) -> str:
+    """A number and its noun: "1 line", "2 lines"."""
+    return f"{number:,} {thing}" if number == 1 else f"{number:,} {thing}s"
+
+
+def shorten(line: str, width: int = 120) -> str:
+    """A line cut to `width` characters, ending with … when something was cut."""
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def show_tool_call(block) -> None:
+    # Shown before it is checked: the input may be anything.
+    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
+    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
+    print(dim(f"> {block.name}: {shorten(args)}"))
+
+
+def show_tool_result(result: dict) -> None:
+    """A glimpse of a result (the model gets all of it): its first line; for an error or a failed
+    command, its last lines, where a traceback says what went wrong."""
+    # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
+    # Python words and keep the user's.
+    text = re.sub(r"^error: \w+Error: ", "", result["content"])
+    lines = [line for line in text.splitlines() if line.strip()] or [""]
+    failed = result["is_error"] or lines[-1].startswith("(exit code")
+    if not failed or len(lines) == 1:
+        more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
+        print(dim(f"  {shorten(lines[0])}{more}"))
+        return
+    if len(lines) > 3:
+        print(dim(f"  ({count(len(lines) - 3, 'line')} before)"))
+    for line in lines[-3:]:
+        print(dim(f"  {shorten(line)}"))
+
+
+def context_tokens(usage) -> int:
+    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return usage.input_tokens + cached
+
+
+def show_usage(usage) -> None:
+    """One line per model call: how big the context is, and how much came from the cache."""
+    cached = usage.cache_read_input_tokens or 0
+    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
+              f"output {usage.output_tokens:,}]"))
+
+
+def text_of(content) -> str:
+    return "\n".join(block.text for block in content if block.type == "text")
+
+
+def valid_utf8(text: str) -> str:
+    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
+    with lone surrogates, which cannot be sent; each becomes the replacement character."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+
+
+# -- the wire: streaming, the transcript, errors that name a cause (safe to skip) --
+
+
+def stream_reply(request: dict):
+    """Send the request and print the reply's text as it streams in; return the whole reply.
+    A server still silent after QUIET_SECONDS is said to be so: one line, not a frozen screen."""
+    waiting = threading.Timer(QUIET_SECONDS, print, [dim(
+        f"(no answer yet; a try is given up after {API_TIMEOUT}s, API_TIMEOUT. Ctrl-C cancels)")])
+    waiting.start()
+    events = 0
+    try:
+        with client.messages.stream(**request) as stream:
+            try:
+                for event in stream:
+                    waiting.cancel()  # the server is talking
+                    events += 1
+                    if event.type == "text":
+                        print(event.text, end="", flush=True)
+            except ValueError:  # the SDK could not parse a tool call's arguments (it quotes them)
+                raise TurnFailed("a tool call's arguments are not valid JSON; try again, or check "
+                                 "MODEL_ID (small models write broken calls)") from None
+            if events == 0:  # the body held no server-sent events: nothing to build a reply from
+                raise TurnFailed("the server answered a streamed request with plain JSON, not "
+                                 "events; check ANTHROPIC_BASE_URL (the endpoint must stream)")
+            return stream.get_final_message()
+    finally:
+        waiting.cancel()
+
+
+def save_transcript(line: dict | None) -> None:
+    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call (the s01 note lists its
+    fields). The key is not among them: the client sends it as a header. A file that cannot be
+    written is said once and recording stops: a transcript is never worth a turn. main() calls
+    this with None at start-up, to find that out before the first turn."""
+    path = os.environ.get("TRANSCRIPT")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as file:
+            if line is not None:
+                as_plain = lambda sdk_object: sdk_object.model_dump(mode="json", exclude_none=True)
+                file.write(json.dumps(line, default=as_plain) + "\n")  # the reply is an SDK object
+    except OSError as error:
+        del os.environ["TRANSCRIPT"]
+        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
 
 
 def causes(error: BaseException):
@@ -391,22 +416,8 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def run_turn(messages: list, user_text: str) -> None:
-    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
-    global turn_number
-    turn_number += 1  # the transcript says which turn each call belongs to
-    start = len(messages)
-    messages.append({"role": "user", "content": valid_utf8(user_text)})
-    try:
-        agent_loop(messages)
-    # Nothing that goes wrong in a turn ends the session.
-    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
-        del messages[start:]
-        print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
-              "(files it changed stay changed).")
-
-
 # -- start-up ------------------------------------------------------------------
+
 
 MISSING_KEY = """\
 No API key: set ANTHROPIC_API_KEY, in the environment or in a .env file beside

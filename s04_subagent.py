@@ -12,6 +12,11 @@ Key insight: context is the scarce resource. The parent hands a sub-task to
 a child agent that starts from nothing, works in its own conversation with
 the same tools and fences, and gives back only a short summary, so the
 parent's context stays small however much the child read.
+
+Map: settings, CHILD_TOOLS, TASK_TOOL and PARENT_TOOLS; the subagent
+(run_subagent, run_task): new here; then s03's fences, s02's tools, s01's
+loop (its pieces now take the tools and the agent as arguments), what you
+see, the wire, and start-up.
 """
 
 import sys
@@ -145,20 +150,47 @@ TASK_TOOL = {
 PARENT_TOOLS = CHILD_TOOLS + [TASK_TOOL]  # the child never gets task: no recursion, by construction
 
 
-def valid_utf8(text: str) -> str:
-    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
-    with lone surrogates, which cannot be sent; each becomes the replacement character."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+# -- the subagent: a child agent with a fresh context, blocking, no recursion -----
 
 
-def system_prompt() -> str:
-    network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
-    return valid_utf8(
-        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        "and change files, then answer briefly. Commands run in a sandbox, where "
-        f"the network is {network}. Hand large explorations to the task tool, so that "
-        "only their summary enters this conversation."
-    )
+def run_subagent(prompt: str, task: str | None = None) -> str:
+    """Run a child agent on `prompt` in a fresh conversation; block until it is done.
+
+    Returns only the child's final text; its messages are thrown away. It has
+    CHILD_TOOLS (the same fences as the parent, but no task) and at most
+    SUBAGENT_MAX_TURNS model calls. `task` is the id of the task call, for the transcript.
+    """
+    messages = [{"role": "user", "content": prompt}]
+    started, tokens, tools_used = time.monotonic(), 0, collections.Counter()
+    final_text, last_text, turns = None, "", 0
+    try:
+        while final_text is None and turns < SUBAGENT_MAX_TURNS:
+            response = call_model(messages, CHILD_TOOLS, child_system_prompt(), "child", task)
+            turns += 1
+            tokens += context_tokens(response.usage) + response.usage.output_tokens
+            tools_used.update(block.name for block in response.content if block.type == "tool_use")
+            last_text = text_of(response.content) or last_text
+            final_text = take_reply(messages, response, CHILD_TOOLS, indent="    ")
+    except Exception as error:  # noqa: BLE001 - the parent model is told why its child stopped
+        raise RuntimeError(f"the subagent stopped: {describe_error(error)}") from None
+    finally:  # for the terminal only: the parent model never sees this line
+        used = ", ".join(f"{name} x{times}" for name, times in tools_used.items()) or "no tools"
+        took = f"{time.monotonic() - started:.1f}s"
+        print(dim(f"    = subagent: {count(turns, 'turn')}, {used}, {took}, {tokens:,} tokens"))
+    if final_text is None:
+        return f"(the subagent stopped after {SUBAGENT_MAX_TURNS} turns without finishing.) " + (
+            f"Its last text: {last_text}" if last_text else "It left no text.")
+    return final_text or "(subagent returned no text)"
+
+
+def run_task(prompt: str, description: str = "") -> str:
+    return run_subagent(prompt, running_call_id)  # the description is only a label for the user
+
+
+# The id of the tool call being run. A tool's handler gets only the arguments the model wrote, so
+# run_tool keeps the id here; run_task passes it to run_subagent, and each transcript line of the
+# child names the task that started it ("task"), so two tasks of one turn are told apart.
+running_call_id = None
 
 
 def child_system_prompt() -> str:
@@ -194,6 +226,7 @@ def safe_path(path: str) -> Path:
 # check_command splits a command line into words as Python's shlex does and judges each simple
 # command by its program and arguments: words, never substrings, so `grep -rn sudo .` is fine.
 # What it cannot read it refuses, saying what to write instead. The wall (fence 3) is the boundary.
+
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -496,6 +529,7 @@ def lexer(line: str, comments: bool = False) -> shlex.shlex:
 # IPC and user namespaces, no capabilities, and LIMITS. Without the wall no command runs, unless
 # SANDBOX=off.
 
+
 RUNS_LATER = [  # in the workspace, run or read later outside the wall: by git, a shell, an editor
     ".git/hooks", ".git/config", ".git/commondir", ".git/modules", ".gitmodules", ".husky", ".env",
     ".envrc", ".bashrc", ".bash_profile", ".profile", ".zshrc", ".zprofile", ".zshenv", ".vscode",
@@ -639,6 +673,7 @@ def check_door(file: Path, writing: bool) -> None:
 
 # -- fence 4: a bash tool that cannot be wedged ------------------------------------
 
+
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
              "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION"}
 
@@ -674,49 +709,7 @@ def read_output(process) -> tuple:
     return b"".join(chunks), f"timed out after {BASH_TIMEOUT}s"
 
 
-# -- the tools ---------------------------------------------------------------
-
-
-def cap(text: str) -> str:
-    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
-    if len(text) <= MAX_OUTPUT:
-        return text
-    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
-
-
-def run_bash(command: str) -> str:
-    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
-    reason = check_command(command)
-    if reason:
-        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
-    if not sandbox_off() and bwrap_problem():
-        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    before, removed = identities(), []
-    process = subprocess.Popen(
-        ["bash", "-c", command] if sandbox_off() else walled(command),
-        cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        data, stopped = read_output(process)
-        exit_code = process.poll()
-    finally:  # kill the whole process group: nothing the command started outlives the call
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        process.stdout.close()
-        removed = [] if sandbox_off() else remove_planted(before)  # even after Ctrl-C
-    output = cap(data.decode(errors="replace"))
-    if stopped:
-        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
-    elif exit_code:
-        output += f"\n(exit code {exit_code})"
-    met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
-    if met and (stopped or exit_code) and not sandbox_off():
-        output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
-    if removed:
-        output += f"\n({'; '.join(removed)}: the command put it there, and it would run later)"
-    return output or "(no output)"
+# -- the tools: read, write and edit files, list a folder --------------------------
 
 
 FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
@@ -829,13 +822,6 @@ def list_dir(path: str = ".") -> str:
     return cap("\n".join(entries)) or "(empty folder)"
 
 
-TOOL_HANDLERS = {
-    "bash": run_bash,
-    "read_file": read_file,
-    "write_file": write_file,
-    "edit_file": edit_file,
-    "list_dir": list_dir,
-}
 JSON_TYPES = {"string": str, "integer": int}
 
 
@@ -854,151 +840,20 @@ def check_args(schema: dict, args: dict) -> str | None:
     return None
 
 
-def tool_result(block, text: str, is_error: bool = False) -> dict:
-    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
-            "is_error": is_error}
+# -- the loop: call the model, run the tools it asks for, until it stops ---------
 
 
-def dispatch(block, tools: list) -> dict:
-    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
-    schemas = {tool["name"]: tool["input_schema"] for tool in tools}
-    if block.name not in schemas:
-        problem = f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}"
-        return tool_result(block, problem, True)
-    if not isinstance(block.input, dict):
-        kind = type(block.input).__name__
-        problem = f"error: a tool's input must be an object of arguments, not {kind}"
-        return tool_result(block, problem, True)
-    # null means "not given".
-    args = {name: value for name, value in block.input.items() if value is not None}
-    problem = check_args(schemas[block.name], args)
-    if problem:
-        return tool_result(block, f"error: {block.name}: {problem}", True)
-    try:
-        return tool_result(block, TOOL_HANDLERS[block.name](**args))
-    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
-        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
-
-
-# -- the loop ----------------------------------------------------------------
-
-
-class TurnFailed(Exception):
-    """A turn that cannot go on; it is dropped from the history and the message shown."""
-
-
-def dim(text: str) -> str:
-    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
-    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-        return f"\033[2m{text}\033[0m"
-    return text
-
-
-def count(number: int, thing: str) -> str:
-    """A number and its noun: "1 line", "2 lines"."""
-    return f"{number:,} {thing}" if number == 1 else f"{number:,} {thing}s"
-
-
-def shorten(line: str, width: int = 120) -> str:
-    """A line cut to `width` characters, ending with … when something was cut."""
-    return line if len(line) <= width else line[:width - 1] + "…"
-
-
-def show_tool_call(block, indent: str = "") -> None:
-    # Shown before it is checked: the input may be anything.
-    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
-    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
-    label = str(arguments.get("description") or "")  # any type may come: not checked yet
-    print(dim(f"{indent}> {block.name}: {shorten(label or args)}"))
-
-
-def show_tool_result(result: dict, indent: str = "") -> None:
-    """A glimpse of a result (the model gets all of it): its first line; for an error or a failed
-    command, its last lines, where a traceback says what went wrong."""
-    # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
-    # Python words and keep the user's.
-    text = re.sub(r"^error: \w+Error: ", "", result["content"])
-    lines = [line for line in text.splitlines() if line.strip()] or [""]
-    failed = result["is_error"] or lines[-1].startswith("(exit code")
-    if not failed or len(lines) == 1:
-        more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
-        print(dim(f"{indent}  {shorten(lines[0])}{more}"))
-        return
-    if len(lines) > 3:
-        print(dim(f"{indent}  ({count(len(lines) - 3, 'line')} before)"))
-    for line in lines[-3:]:
-        print(dim(f"{indent}  {shorten(line)}"))
-
-
-def run_tool(block, tools: list, indent: str = "") -> dict:
-    """Run one tool call, showing the call and a glimpse of its result."""
-    global running_call_id
-    running_call_id = block.id  # for run_task: see running_call_id
-    show_tool_call(block, indent)
-    result = dispatch(block, tools)
-    show_tool_result(result, indent)
-    return result
-
-
-def context_tokens(usage) -> int:
-    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
-    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
-    return usage.input_tokens + cached
-
-
-def show_usage(usage) -> None:
-    """One line per model call: how big the context is, and how much came from the cache."""
-    cached = usage.cache_read_input_tokens or 0
-    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
-              f"output {usage.output_tokens:,}]"))
-
-
-def text_of(content) -> str:
-    return "\n".join(block.text for block in content if block.type == "text")
-
-
-def save_transcript(line: dict | None) -> None:
-    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call (the s01 note lists its
-    fields). The key is not among them: the client sends it as a header. A file that cannot be
-    written is said once and recording stops: a transcript is never worth a turn. main() calls
-    this with None at start-up, to find that out before the first turn."""
-    path = os.environ.get("TRANSCRIPT")
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as file:
-            if line is not None:
-                as_plain = lambda sdk_object: sdk_object.model_dump(mode="json", exclude_none=True)
-                file.write(json.dumps(line, default=as_plain) + "\n")  # the reply is an SDK object
-    except OSError as error:
-        del os.environ["TRANSCRIPT"]
-        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
-
-
-def stream_reply(request: dict, agent: str):
-    """Send the request and print the parent's text as it streams in; return the whole reply.
-    A server still silent after QUIET_SECONDS is said to be so: one line, not a frozen screen."""
-    waiting = threading.Timer(QUIET_SECONDS, print, [dim(
-        f"(no answer yet; a try is given up after {API_TIMEOUT}s, API_TIMEOUT. Ctrl-C cancels)")])
-    waiting.start()
-    events = 0
-    try:
-        with client.messages.stream(**request) as stream:
-            try:
-                for event in stream:
-                    waiting.cancel()  # the server is talking
-                    events += 1
-                    if event.type == "text" and agent == "parent":  # a child's text shows later
-                        print(event.text, end="", flush=True)
-            except ValueError:  # the SDK could not parse a tool call's arguments (it quotes them)
-                raise TurnFailed("a tool call's arguments are not valid JSON; try again, or check "
-                                 "MODEL_ID (small models write broken calls)") from None
-            if events == 0:  # the body held no server-sent events: nothing to build a reply from
-                raise TurnFailed("the server answered a streamed request with plain JSON, not "
-                                 "events; check ANTHROPIC_BASE_URL (the endpoint must stream)")
-            return stream.get_final_message()
-    finally:
-        waiting.cancel()
+def agent_loop(messages: list) -> str:
+    """Call the model and run its tools until it stops; return its final text. A model that never
+    stops (a weak one can loop) is stopped after MAX_MODEL_CALLS calls."""
+    for _ in range(MAX_MODEL_CALLS):
+        response = call_model(messages, PARENT_TOOLS, system_prompt())
+        show_usage(response.usage)
+        final_text = take_reply(messages, response, PARENT_TOOLS)
+        if final_text is not None:
+            return final_text
+    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS); "
+                     "ask for a smaller step")
 
 
 def call_model(messages: list, tools: list, system: str, agent: str = "parent", task=None):
@@ -1080,17 +935,242 @@ def take_reply(messages: list, response, tools: list, indent: str = "") -> str |
     return text_of(response.content)
 
 
-def agent_loop(messages: list) -> str:
-    """Call the model and run its tools until it stops; return its final text. A model that never
-    stops (a weak one can loop) is stopped after MAX_MODEL_CALLS calls."""
-    for _ in range(MAX_MODEL_CALLS):
-        response = call_model(messages, PARENT_TOOLS, system_prompt())
-        show_usage(response.usage)
-        final_text = take_reply(messages, response, PARENT_TOOLS)
-        if final_text is not None:
-            return final_text
-    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS); "
-                     "ask for a smaller step")
+def run_turn(messages: list, user_text: str) -> None:
+    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
+    global turn_number
+    turn_number += 1  # the transcript says which turn each call belongs to
+    start = len(messages)
+    messages.append({"role": "user", "content": valid_utf8(user_text)})
+    try:
+        agent_loop(messages)
+    # Nothing that goes wrong in a turn ends the session.
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
+        del messages[start:]
+        print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
+              "(files it changed stay changed).")
+
+
+def system_prompt() -> str:
+    network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
+    return valid_utf8(
+        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
+        "and change files, then answer briefly. Commands run in a sandbox, where "
+        f"the network is {network}. Hand large explorations to the task tool, so that "
+        "only their summary enters this conversation."
+    )
+
+
+class TurnFailed(Exception):
+    """A turn that cannot go on; it is dropped from the history and the message shown."""
+
+
+# -- the tool: bash, and a tool_result for every tool_use -------------------------
+
+
+def cap(text: str) -> str:
+    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
+
+
+def run_bash(command: str) -> str:
+    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
+    reason = check_command(command)
+    if reason:
+        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
+    if not sandbox_off() and bwrap_problem():
+        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
+    before, removed = identities(), []
+    process = subprocess.Popen(
+        ["bash", "-c", command] if sandbox_off() else walled(command),
+        cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        data, stopped = read_output(process)
+        exit_code = process.poll()
+    finally:  # kill the whole process group: nothing the command started outlives the call
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stdout.close()
+        removed = [] if sandbox_off() else remove_planted(before)  # even after Ctrl-C
+    output = cap(data.decode(errors="replace"))
+    if stopped:
+        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
+    elif exit_code:
+        output += f"\n(exit code {exit_code})"
+    met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
+    if met and (stopped or exit_code) and not sandbox_off():
+        output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
+    if removed:
+        output += f"\n({'; '.join(removed)}: the command put it there, and it would run later)"
+    return output or "(no output)"
+
+
+TOOL_HANDLERS = {
+    "bash": run_bash,
+    "read_file": read_file,
+    "write_file": write_file,
+    "edit_file": edit_file,
+    "list_dir": list_dir,
+}
+
+
+TOOL_HANDLERS["task"] = run_task  # the parent's extra tool; the child is never offered it
+
+
+def tool_result(block, text: str, is_error: bool = False) -> dict:
+    return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
+            "is_error": is_error}
+
+
+def dispatch(block, tools: list) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
+    schemas = {tool["name"]: tool["input_schema"] for tool in tools}
+    if block.name not in schemas:
+        problem = f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}"
+        return tool_result(block, problem, True)
+    if not isinstance(block.input, dict):
+        kind = type(block.input).__name__
+        problem = f"error: a tool's input must be an object of arguments, not {kind}"
+        return tool_result(block, problem, True)
+    # null means "not given".
+    args = {name: value for name, value in block.input.items() if value is not None}
+    problem = check_args(schemas[block.name], args)
+    if problem:
+        return tool_result(block, f"error: {block.name}: {problem}", True)
+    try:
+        return tool_result(block, TOOL_HANDLERS[block.name](**args))
+    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
+        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
+
+
+def run_tool(block, tools: list, indent: str = "") -> dict:
+    """Run one tool call, showing the call and a glimpse of its result."""
+    global running_call_id
+    running_call_id = block.id  # for run_task: see running_call_id
+    show_tool_call(block, indent)
+    result = dispatch(block, tools)
+    show_tool_result(result, indent)
+    return result
+
+
+# -- what you see: calls, results and usage on the screen (safe to skip) ---------
+
+
+def dim(text: str) -> str:
+    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        return f"\033[2m{text}\033[0m"
+    return text
+
+
+def count(number: int, thing: str) -> str:
+    """A number and its noun: "1 line", "2 lines"."""
+    return f"{number:,} {thing}" if number == 1 else f"{number:,} {thing}s"
+
+
+def shorten(line: str, width: int = 120) -> str:
+    """A line cut to `width` characters, ending with … when something was cut."""
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def show_tool_call(block, indent: str = "") -> None:
+    # Shown before it is checked: the input may be anything.
+    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
+    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
+    label = str(arguments.get("description") or "")  # any type may come: not checked yet
+    print(dim(f"{indent}> {block.name}: {shorten(label or args)}"))
+
+
+def show_tool_result(result: dict, indent: str = "") -> None:
+    """A glimpse of a result (the model gets all of it): its first line; for an error or a failed
+    command, its last lines, where a traceback says what went wrong."""
+    # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
+    # Python words and keep the user's.
+    text = re.sub(r"^error: \w+Error: ", "", result["content"])
+    lines = [line for line in text.splitlines() if line.strip()] or [""]
+    failed = result["is_error"] or lines[-1].startswith("(exit code")
+    if not failed or len(lines) == 1:
+        more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
+        print(dim(f"{indent}  {shorten(lines[0])}{more}"))
+        return
+    if len(lines) > 3:
+        print(dim(f"{indent}  ({count(len(lines) - 3, 'line')} before)"))
+    for line in lines[-3:]:
+        print(dim(f"{indent}  {shorten(line)}"))
+
+
+def context_tokens(usage) -> int:
+    """All the model read for one call: new input, plus what it read from or wrote to the cache."""
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return usage.input_tokens + cached
+
+
+def show_usage(usage) -> None:
+    """One line per model call: how big the context is, and how much came from the cache."""
+    cached = usage.cache_read_input_tokens or 0
+    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
+              f"output {usage.output_tokens:,}]"))
+
+
+def text_of(content) -> str:
+    return "\n".join(block.text for block in content if block.type == "text")
+
+
+def valid_utf8(text: str) -> str:
+    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
+    with lone surrogates, which cannot be sent; each becomes the replacement character."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+
+
+# -- the wire: streaming, the transcript, errors that name a cause (safe to skip) --
+
+
+def stream_reply(request: dict, agent: str):
+    """Send the request and print the parent's text as it streams in; return the whole reply.
+    A server still silent after QUIET_SECONDS is said to be so: one line, not a frozen screen."""
+    waiting = threading.Timer(QUIET_SECONDS, print, [dim(
+        f"(no answer yet; a try is given up after {API_TIMEOUT}s, API_TIMEOUT. Ctrl-C cancels)")])
+    waiting.start()
+    events = 0
+    try:
+        with client.messages.stream(**request) as stream:
+            try:
+                for event in stream:
+                    waiting.cancel()  # the server is talking
+                    events += 1
+                    if event.type == "text" and agent == "parent":  # a child's text shows later
+                        print(event.text, end="", flush=True)
+            except ValueError:  # the SDK could not parse a tool call's arguments (it quotes them)
+                raise TurnFailed("a tool call's arguments are not valid JSON; try again, or check "
+                                 "MODEL_ID (small models write broken calls)") from None
+            if events == 0:  # the body held no server-sent events: nothing to build a reply from
+                raise TurnFailed("the server answered a streamed request with plain JSON, not "
+                                 "events; check ANTHROPIC_BASE_URL (the endpoint must stream)")
+            return stream.get_final_message()
+    finally:
+        waiting.cancel()
+
+
+def save_transcript(line: dict | None) -> None:
+    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call (the s01 note lists its
+    fields). The key is not among them: the client sends it as a header. A file that cannot be
+    written is said once and recording stops: a transcript is never worth a turn. main() calls
+    this with None at start-up, to find that out before the first turn."""
+    path = os.environ.get("TRANSCRIPT")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as file:
+            if line is not None:
+                as_plain = lambda sdk_object: sdk_object.model_dump(mode="json", exclude_none=True)
+                file.write(json.dumps(line, default=as_plain) + "\n")  # the reply is an SDK object
+    except OSError as error:
+        del os.environ["TRANSCRIPT"]
+        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
 
 
 def causes(error: BaseException):
@@ -1155,67 +1235,8 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def run_turn(messages: list, user_text: str) -> None:
-    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
-    global turn_number
-    turn_number += 1  # the transcript says which turn each call belongs to
-    start = len(messages)
-    messages.append({"role": "user", "content": valid_utf8(user_text)})
-    try:
-        agent_loop(messages)
-    # Nothing that goes wrong in a turn ends the session.
-    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
-        del messages[start:]
-        print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
-              "(files it changed stay changed).")
-
-
-# -- the subagent ----------------------------------------------------------------
-
-# The id of the tool call being run. A tool's handler gets only the arguments the model wrote, so
-# run_tool keeps the id here; run_task passes it to run_subagent, and each transcript line of the
-# child names the task that started it ("task"), so two tasks of one turn are told apart.
-running_call_id = None
-
-
-def run_subagent(prompt: str, task: str | None = None) -> str:
-    """Run a child agent on `prompt` in a fresh conversation; block until it is done.
-
-    Returns only the child's final text; its messages are thrown away. It has
-    CHILD_TOOLS (the same fences as the parent, but no task) and at most
-    SUBAGENT_MAX_TURNS model calls. `task` is the id of the task call, for the transcript.
-    """
-    messages = [{"role": "user", "content": prompt}]
-    started, tokens, tools_used = time.monotonic(), 0, collections.Counter()
-    final_text, last_text, turns = None, "", 0
-    try:
-        while final_text is None and turns < SUBAGENT_MAX_TURNS:
-            response = call_model(messages, CHILD_TOOLS, child_system_prompt(), "child", task)
-            turns += 1
-            tokens += context_tokens(response.usage) + response.usage.output_tokens
-            tools_used.update(block.name for block in response.content if block.type == "tool_use")
-            last_text = text_of(response.content) or last_text
-            final_text = take_reply(messages, response, CHILD_TOOLS, indent="    ")
-    except Exception as error:  # noqa: BLE001 - the parent model is told why its child stopped
-        raise RuntimeError(f"the subagent stopped: {describe_error(error)}") from None
-    finally:  # for the terminal only: the parent model never sees this line
-        used = ", ".join(f"{name} x{times}" for name, times in tools_used.items()) or "no tools"
-        took = f"{time.monotonic() - started:.1f}s"
-        print(dim(f"    = subagent: {count(turns, 'turn')}, {used}, {took}, {tokens:,} tokens"))
-    if final_text is None:
-        return f"(the subagent stopped after {SUBAGENT_MAX_TURNS} turns without finishing.) " + (
-            f"Its last text: {last_text}" if last_text else "It left no text.")
-    return final_text or "(subagent returned no text)"
-
-
-def run_task(prompt: str, description: str = "") -> str:
-    return run_subagent(prompt, running_call_id)  # the description is only a label for the user
-
-
-TOOL_HANDLERS["task"] = run_task  # the parent's extra tool; the child is never offered it
-
-
 # -- start-up ------------------------------------------------------------------
+
 
 MISSING_KEY = """\
 No API key: set ANTHROPIC_API_KEY, in the environment or in a .env file beside

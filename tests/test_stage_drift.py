@@ -65,3 +65,17 @@ def test_no_stage_imports_another(stage):
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not imported & set(STAGE_NAMES)
+
+
+FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "check_kind", "s03_safety": "safe_path",
+                  "s04_subagent": "run_subagent"}
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_each_stage_opens_with_its_new_idea(stage):
+    """Read top to bottom, a stage shows its own lesson first: its first function is the new idea,
+    and it starts within the first third of the file (what earlier stages built comes after)."""
+    source = (ROOT / f"{stage}.py").read_text()
+    functions = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+    assert functions[0].name == FIRST_FUNCTION[stage]
+    assert functions[0].lineno < len(source.splitlines()) / 3
