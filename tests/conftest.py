@@ -3,6 +3,7 @@
 import importlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,15 @@ def no_user_settings(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     if NO_WALL:
         monkeypatch.setenv("SANDBOX", "off")
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises_keyboard_interrupt():
+    """Ctrl-C raises KeyboardInterrupt in every test, even when pytest was started with SIGINT
+    ignored (as `cmd &` in a script does): the tests do not depend on how they were started."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

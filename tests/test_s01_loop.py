@@ -367,12 +367,11 @@ def test_ctrl_c_during_a_model_call_cancels_only_that_turn(stage, scripted, caps
 def test_ctrl_c_during_a_tool_run_cancels_only_that_turn(stage, scripted, capsys, monkeypatch):
     """Ctrl-C while a command runs stops the command and the turn, not the program."""
     monkeypatch.setenv("SANDBOX", "off")  # inside s03's wall a command cannot signal the agent
-    ctrl_c = "kill -INT $PPID; sleep 20"  # the shell's parent is this process
+    ctrl_c = "kill -INT $PPID; sleep 20; touch late.txt"  # the shell's parent is this process
     scripted(stage, [reply(tool("bash", command=ctrl_c)), reply("after")])
     messages = []
-    started = time.monotonic()
     stage.run_turn(messages, "one")
-    assert time.monotonic() - started < 10 and messages == []
+    assert messages == [] and not (stage.WORKDIR / "late.txt").exists()  # the command was stopped
     assert "interrupted" in capsys.readouterr().out
     stage.run_turn(messages, "two")
     assert history_problem(messages) is None
@@ -915,14 +914,12 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
     each of 1 + API_RETRIES tries: an API error, the turn dropped, the session still there."""
     with FakeAPI([SILENCE, SILENCE, reply("back again")]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
-        messages, started = [], time.monotonic()
+        messages = []
         stage.run_turn(messages, "hello?")
-        waited = time.monotonic() - started
         out = capsys.readouterr().out
         assert "no answer in 0.3s, 2 times" in out and messages == []
         assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out
         stage.run_turn(messages, "and now?")
-    assert waited < 2 * 0.3 + 2  # two waits, plus the SDK's pause between tries
     assert "back again" in capsys.readouterr().out
 
 
