@@ -66,6 +66,15 @@ def ctrl_c_raises_keyboard_interrupt():
 
 
 @pytest.fixture
+def stages_put_back(monkeypatch):
+    """Whatever a test points each stage's WORKDIR and client at (the demo does), they are put back after it."""
+    for name in STAGE_NAMES:
+        stage = importlib.import_module(name)
+        monkeypatch.setattr(stage, "WORKDIR", stage.WORKDIR)
+        monkeypatch.setattr(stage, "client", stage.client)
+
+
+@pytest.fixture
 def workspace(tmp_path, monkeypatch):
     """An empty workspace folder; each stage's WORKDIR points at it for the test."""
     for name in STAGE_NAMES:

@@ -1,6 +1,5 @@
 """The offline demo: every stage runs for real against a scripted model, with no key."""
 
-import importlib
 import subprocess
 import sys
 
@@ -16,13 +15,7 @@ EXPECTED = {  # what each stage's demo must show a newcomer
 }
 
 
-@pytest.fixture(autouse=True)
-def restore_stages(monkeypatch):
-    """The demo points each stage's WORKDIR and client elsewhere; put them back after each test."""
-    for name in demo.STAGES.values():
-        stage = importlib.import_module(name)
-        monkeypatch.setattr(stage, "WORKDIR", stage.WORKDIR)
-        monkeypatch.setattr(stage, "client", stage.client)
+pytestmark = pytest.mark.usefixtures("stages_put_back")  # the demo moves each stage's WORKDIR
 
 
 @pytest.mark.parametrize("short_name", demo.STAGES)

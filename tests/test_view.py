@@ -19,13 +19,7 @@ HOSTILE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def restore_stages(monkeypatch):
-    """The demo points each stage's WORKDIR and client elsewhere; put them back after each test."""
-    for name in demo.STAGES.values():
-        stage = importlib.import_module(name)
-        monkeypatch.setattr(stage, "WORKDIR", stage.WORKDIR)
-        monkeypatch.setattr(stage, "client", stage.client)
+pytestmark = pytest.mark.usefixtures("stages_put_back")  # the demo moves each stage's WORKDIR
 
 
 def open_browser() -> browser.Browser:
