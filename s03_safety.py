@@ -228,29 +228,40 @@ def check_words(words: list, depth: int) -> str | None:
 def check_code(program: str, args: list, depth: int) -> str | None:
     """A shell or an interpreter runs code: judge the code on its command line. Code it would read
     from standard input (a pipe, a heredoc, <(...)) the filter cannot see, so that is refused."""
-    options = [arg for arg in args if arg[:1] in "-+" and arg != "--"]
-    code = operands(args)  # inline code, or a script and its arguments
-    letters = "c" if program in SHELLS else INTERPRETERS[program]
-    inline = [option for option in options if option[1:2] != "-" and set(option[1:]) & set(letters)
-              or option.split("=")[0] in ("--eval", "--print")]
-    if code[:1] and code[0].startswith("$") and letters:  # not awk, whose $1 is a field
-        raise ValueError(f"{program} runs {code[0]}, which is only known when it runs")
-    if inline or program in ("awk", "gawk"):  # bash -c CODE, python -c CODE, awk 'PROGRAM' FILE
-        after = operands(args[args.index(inline[0]) + 1:]) if inline else code
-        text = after[0] if after else inline[0][2:]  # python -c"code": the code is in the option
-        if program in SHELLS:  # from a $(...) on, the code was judged already, as an eval
-            return check_command(text.partition("$(")[0], depth + 1)
-        found = STARTS_PROGRAMS.search(text)
-        if found:
-            return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
+    code = inline_code(program, args)
+    if code is not None and code.startswith("$") and program not in ("awk", "gawk"):  # $1: a field
+        raise ValueError(f"{program} runs {code}, which is only known when it runs")
+    if code is not None and program in SHELLS:  # from a $(...) on, it was judged as an eval already
+        return check_command(code.partition("$(")[0], depth + 1)
+    found = STARTS_PROGRAMS.search(code) if code is not None else None
+    if found:
+        return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
+    if code is not None:
         return None
+    options, script = [arg for arg in args if arg[:1] in "-+"], operands(args)[:1]
+    if script and script[0].startswith("$"):
+        raise ValueError(f"{program} runs {script[0]}, which is only known when it runs")
     asks_version = {"--version", "--help", "-V"} | (set() if program in SHELLS else {"-v"})
-    if not code and asks_version & set(args) or any(option.startswith("-m") for option in options):
+    if not script and asks_version & set(args) or any(arg.startswith("-m") for arg in options):
         return None  # node -v, python -m json.tool: no code to read
-    if not code or code[0] in ("-", "/dev/stdin") or program in SHELLS and "-s" in options:
+    if not script or script[0] in ("-", "/dev/stdin") or program in SHELLS and "-s" in options:
         return (f"{program} reads its code from standard input, which the filter cannot see; write "
                 "the code to a file with write_file, then run the file")
     return None  # a script file: the wall is what confines it
+
+
+def inline_code(program: str, args: list) -> str | None:
+    """The code given on the command line: bash -c CODE, python -c CODE, node -e CODE, perl -e
+    CODE (or glued to its option: -c"CODE"), an awk program. None when there is none."""
+    letters = "c" if program in SHELLS else INTERPRETERS[program]
+    for i, arg in enumerate(args):
+        short = arg[:1] in "-+" and arg[1:2] != "-" and set(arg[1:]) & set(letters)
+        if short or arg.split("=")[0] in ("--eval", "--print"):
+            after = operands(args[i + 1:])
+            return after[0] if after else arg[2:]
+    if program in ("awk", "gawk"):
+        return next(iter(operands(args)), "")
+    return None
 
 
 def unwrap(words: list) -> list:
