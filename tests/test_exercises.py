@@ -127,12 +127,14 @@ def hunks(diff: str) -> list:
     return found
 
 
-def apply_solution(folder, where: str, solution: str) -> tuple:
-    """Apply a reference solution to a copy; return the test files it changes and the tests it adds."""
+def apply_solution(folder, where: str, solution: str, tests_only: bool = False) -> tuple:
+    """Apply a reference solution (or only its changes to test files) to a copy; return the test
+    files it changes and the tests it adds."""
     diff = (ROOT / solution).read_text()
     assert "new file mode" not in diff, f"{where}: a solution changes files, it creates none"
     for file, old, new in hunks(diff):
-        replace_once(folder / file, f"{where}, {solution}", old, new)
+        if file.startswith("tests/test_") or not tests_only:
+            replace_once(folder / file, f"{where}, {solution}", old, new)
     test_files = {file for file, _, _ in hunks(diff) if re.fullmatch(r"tests/test_\w+\.py", file)}
     return test_files, re.findall(r"^\+def (test_\w+)\(", diff, re.MULTILINE)
 
@@ -175,7 +177,8 @@ def test_break_it_exercise_fails_once_broken_for_the_reason_given(note, number, 
 @pytest.mark.parametrize(("note", "number", "exercise"), exercises("extend", parse_extend_it))
 def test_extend_it_exercise_passes_its_checks_with_the_reference_solution(note, number, exercise, tmp_path):
     """With the reference solution applied, every command under "Check it" passes, on every stage
-    (slow tests too), and the commands run every test file the solution changes, and the tests it adds."""
+    (slow tests too), and the commands run every test file the solution changes, and the tests it
+    adds. Those new tests fail when only the solution's tests are applied, without the feature."""
     where = f"notes/{note}, exercise {number}"
     assert "problem" not in exercise, f"{where}: {exercise.get('problem')}"
     extended = copy_project(tmp_path / "extended")
@@ -183,13 +186,20 @@ def test_extend_it_exercise_passes_its_checks_with_the_reference_solution(note, 
     assert test_files, f"{where}: {exercise['solution']} adds no test"
     not_checked = [file for file in test_files if not any(file in command for command in exercise["commands"])]
     assert not not_checked, f"{where}: the solution changes {not_checked}, which the checks do not run"
-    passed = ""
+    passed_lines = []
     for command in exercise["commands"]:
         code, result, output = finish(start_command(extended, command, "-m", "", "-rA"))
         assert code == 0, f"{where}: with {exercise['solution']}, `{command}` fails: {result}\n{output[-3000:]}"
-        passed += "\n".join(line for line in output.splitlines() if line.startswith("PASSED "))
-    not_run = [name for name in new_tests if f"::{name}" not in passed]
+        passed_lines += [line for line in output.splitlines() if line.startswith("PASSED ")]
+    not_run = [name for name in new_tests if not any(f"::{name}" in line for line in passed_lines)]
     assert not not_run, f"{where}: the checks do not run the solution's new tests {not_run}"
+    if new_tests:  # a test must be able to fail: without the feature, each new test fails
+        apply_solution(copy_project(tmp_path / "tests_only"), where, exercise["solution"], tests_only=True)
+        selection = f"python -m pytest {' '.join(sorted(test_files))} -k '{' or '.join(new_tests)}'"
+        code, result, output = finish(start_command(tmp_path / "tests_only", selection, "-m", "", "-rA"))
+        passed_lines = [line for line in output.splitlines() if line.startswith("PASSED ")]
+        passing = [name for name in new_tests if any(f"::{name}" in line for line in passed_lines)]
+        assert code == 1 and not passing, f"{where}: without the feature, {passing or result} passes"
 
 
 @pytest.mark.parametrize("stage", STAGE_NAMES)
