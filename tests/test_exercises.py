@@ -118,7 +118,8 @@ def hunks(diff: str) -> list:
         elif line.startswith("@@"):
             in_header = False
             found.append((file, [], []))
-        elif found and not in_header and line[:1] in (" ", "-", "+"):
+        elif found and not in_header and line[:1] in (" ", "-", "+", ""):
+            line = line or " "  # an empty line of context whose space an editor took off
             old, new = found[-1][1], found[-1][2]
             if line[:1] in " -":
                 old.append(line[1:])
