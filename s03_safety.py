@@ -542,13 +542,20 @@ def walled(command: str) -> list:
 
 def bound_back(home: str) -> list:
     """What the hidden home folder keeps: ~/.gitconfig, and the folders of the programs on PATH.
-    A tool's whole folder is kept (pyenv needs ~/.pyenv, not just its bin/), unless it is one
-    that holds secrets too (~/.config, ~/.local ...): then only the folder on PATH."""
+    A tool's own hidden folder is kept whole (pyenv needs ~/.pyenv, not just its bin/), unless it
+    holds secrets too (~/.config, ~/.local ...). Elsewhere (~/projects/app/.venv/bin) only the
+    folder around bin/ is kept: the rest of ~/projects holds other projects' secrets."""
     folders = [os.path.join(home, ".gitconfig")]
     for folder in map(os.path.normpath, os.environ.get("PATH", "").split(os.pathsep)):
-        if folder.startswith(home + os.sep):
-            top = os.path.join(home, folder[len(home) + 1:].split(os.sep)[0])
-            folders.append(folder if os.path.basename(top) in SECRET_HOMES else top)
+        if not folder.startswith(home + os.sep):
+            continue
+        top = os.path.join(home, folder[len(home) + 1:].split(os.sep)[0])
+        if os.path.basename(top).startswith(".") and os.path.basename(top) not in SECRET_HOMES:
+            folders.append(top)
+        elif os.path.basename(folder) == "bin" and os.path.dirname(folder) not in (home, top):
+            folders.append(os.path.dirname(folder))  # a virtual environment, say
+        else:
+            folders.append(folder)
     return folders
 
 

@@ -645,8 +645,12 @@ def fake_home(tmp_path_factory, monkeypatch):
     (home / ".config" / "gh").mkdir(parents=True)
     (home / ".config" / "gh" / "hosts.yml").write_text("oauth_token: GH-TOKEN")
     (home / ".config" / "other" / "bin").mkdir(parents=True)
+    (home / "projects" / "app" / ".venv" / "bin").mkdir(parents=True)
+    (home / "projects" / "other").mkdir()
+    (home / "projects" / "other" / ".env").write_text("OTHER_TOKEN=PROJECT-SECRET")
     monkeypatch.setenv("HOME", str(home))
-    on_path = [home / ".tool" / "bin", home / ".config" / "other" / "bin", f"{home}/"]  # as some set it
+    on_path = [home / ".tool" / "bin", home / ".config" / "other" / "bin", f"{home}/",  # as some set it
+               home / "projects" / "app" / ".venv" / "bin"]
     monkeypatch.setenv("PATH", ":".join(map(str, [*on_path, os.environ["PATH"]])))
     return home
 
@@ -656,8 +660,10 @@ def fake_home(tmp_path_factory, monkeypatch):
 def test_the_home_folder_is_hidden_but_programs_on_path_still_run(stage, scripted, fake_home):
     """~/.ssh, ~/.aws and the rest of the home folder are out of sight inside the wall, while a
     program on PATH that lives under the home folder (pyenv, nvm, cargo) still runs. A folder on
-    PATH inside ~/.config, or the home folder itself on PATH, does not bring the secrets back."""
-    command = "cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.config/gh/hosts.yml; hello-tool"
+    PATH inside ~/.config, a venv in ~/projects, or the home folder itself on PATH, does not bring
+    the secrets around them back."""
+    command = ("cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.config/gh/hosts.yml ~/projects/other/.env;"
+               " hello-tool")
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "hello from home" in content
     assert not [secret for secret in ("PRIVATE KEY", "SECRET", "GH-TOKEN") if secret in content]
