@@ -1,198 +1,94 @@
 #!/usr/bin/env python3
 """s02_tools.py - a tool set, dispatched by name.
 
-    tool_use {name, input} --> check input against the tool's schema
+    tool_use {name, input} --> arguments checked against the tool's schema
                                    |
                          TOOL_HANDLERS[name](**input)
           bash | read_file | write_file | edit_file | list_dir
                                    |
     tool_result <-- text, or is_error with a message the model can act on
 
-Key insight: the loop is the same as in s01. A new tool is a schema the model
-reads plus a plain function the table points to; whatever the model sends,
-a bad name, a missing argument or a failing tool, it gets a tool_result back.
+Key insight: the loop is the same as in s01. A new tool is a schema the model reads plus a plain
+function a table points to; whatever the model sends (a bad name, a missing argument, a failing
+tool), it gets a tool_result back.
 
-Map: settings and the tools' schemas; the tools (read_file, write_file,
-edit_file, list_dir, check_args): new here; then s01's loop, tool (dispatch
-now checks arguments and looks the tool up in TOOL_HANDLERS), what you see,
-the wire, and start-up.
+Map: THE LESSON: the file tools (read_file, write_file, edit_file, list_dir): new here; then s01's
+loop and its tool (dispatch now checks arguments and looks tools up in TOOL_HANDLERS); THE
+MACHINERY, to skip on a first reading: the screen, the wire, start-up (main).
 """
 
 import contextlib
 import json
-import logging
 import os
 import re
-import secrets
-import signal
-import socket
-import ssl
 import stat
 import subprocess
 import sys
-import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
-
-from dotenv import load_dotenv  # the anthropic SDK: imported by make_client(), with a key
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 MAX_TOKENS = 8000  # the longest reply one call may write
 BASH_TIMEOUT = 120  # seconds
 MAX_OUTPUT = 50_000  # characters of tool output sent back to the model
-# Seconds the server may stay silent (while streaming: between two events) before a try is given up.
-API_TIMEOUT = 60
-API_RETRIES = 2  # more tries the SDK gives a failed call: timeouts, lost connections, 429, 529, 5xx
-MAX_MODEL_CALLS = 50  # model calls one turn may make before it is stopped (a weak model may loop)
-# main() reads the four above from the environment or .env too: a slow local server needs a longer
-# API_TIMEOUT, a small model that loops fewer MAX_TOKENS.
-QUIET_SECONDS = 5  # a call still silent after this long says so
+MAX_EDIT = 10 * 2**20  # bytes: edit_file holds a file in memory twice
+API_TIMEOUT = 60  # seconds the server may stay silent (while streaming: between two pieces)
+API_RETRIES = 2  # more tries the SDK gives a call that timed out, lost its connection, 429, 5xx
+MAX_MODEL_CALLS = 50  # model calls one turn may make (a weak model may never stop)
 WORKDIR = Path.cwd()
 STAGE = "s02"
 PROMPT = f"{STAGE} >> "
+client = None  # built by main(), never at import: importing a stage has no side effects
 
-# Built by main(), never at import, so that importing a stage has no side
-# effects. Tests put a scripted model here.
-client = None
+TOOLS = [{
+    "name": "bash",
+    "description": "Run a shell command in the workspace and return its output.",
+    "input_schema": {"type": "object", "required": ["command"],
+                     "properties": {"command": {"type": "string"}}},
+}, {
+    "name": "read_file",
+    "description": "Read a UTF-8 text file. `limit` keeps only the first N lines.",
+    "input_schema": {"type": "object", "required": ["path"],
+                     "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}},
+}, {
+    "name": "write_file",
+    "description": "Create or overwrite a file with `content`, creating missing folders.",
+    "input_schema": {"type": "object", "required": ["path", "content"],
+                     "properties": {"path": {"type": "string"}, "content": {"type": "string"}}},
+}, {
+    "name": "edit_file",
+    "description": "Replace `old_text`, which must occur exactly once in the file, by `new_text`.",
+    "input_schema": {"type": "object", "required": ["path", "old_text", "new_text"],
+                     "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
+                                    "new_text": {"type": "string"}}},
+}, {
+    "name": "list_dir",
+    "description": "List a folder (default: the workspace); folders end with '/'.",
+    "input_schema": {"type": "object", "required": [],
+                     "properties": {"path": {"type": "string"}}},
+}]
 
-# Each transcript line says which run of the stage (one random id per process) and which of your
-# turns (run_turn counts them, from 1) it belongs to.
-SESSION = secrets.token_hex(4)
-turn_number = 0
-
-TOOLS = [
-    {
-        "name": "bash",
-        "description": "Run a shell command in the workspace and return its output.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    },
-    {
-        "name": "read_file",
-        "description": "Read a UTF-8 text file. `limit` keeps only the first N lines.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
-            "required": ["path"],
-        },
-    },
-    {
-        "name": "write_file",
-        "description": "Create or overwrite a file with `content`, creating missing folders.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    },
-    {
-        "name": "edit_file",
-        "description": "Replace `old_text`, which must occur exactly once in the file, "
-                       "with `new_text`.",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "old_text": {"type": "string"},
-                "new_text": {"type": "string"},
-            },
-            "required": ["path", "old_text", "new_text"],
-        },
-    },
-    {
-        "name": "list_dir",
-        "description": "List a folder (default: the workspace); folders end with '/'.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": [],
-        },
-    },
-]
-
-
-# -- the tools: read, write and edit files, list a folder --------------------------
-
-
-FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
-              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
-
-
-def check_kind(file: Path, path: str, wanted: str = "a regular file") -> None:
-    """Refuse anything but a regular file (or a folder, for list_dir), before it is opened:
-    opening a FIFO waits for a writer forever, and a device such as /dev/zero never ends."""
-    mode = file.stat().st_mode
-    kind = next((name for is_kind, name in FILE_KINDS if is_kind(mode)), "a special file")
-    if kind != wanted:
-        raise ValueError(f"{path} is {kind}, not {wanted}")
-
-
-def read_start(opened, limit: int | None) -> str:
-    """The first `limit` lines (all if None) of an open file, but never more than MAX_OUTPUT
-    characters: only what can be shown is read, however big the file is."""
-    lines, size = [], 0
-    while (limit is None or len(lines) < limit) and size < MAX_OUTPUT:
-        line = opened.readline(MAX_OUTPUT - size)  # a size, so that one endless line is cut too
-        if not line:
-            break
-        lines.append(line)
-        size += len(line)
-    return "".join(lines)
-
+# == THE LESSON ===================================================================================
+# -- new in s02: file tools, each a plain function that the model calls by name -----------------
 
 def read_file(path: str, limit: int | None = None) -> str:
     file = WORKDIR / path
     check_kind(file, path)
     if limit is not None and limit < 1:
         raise ValueError("limit must be at least 1")
-    try:
-        # Text mode decodes as it reads: a character split between two reads is completed by the
-        # second. newline="": \r\n is shown as it is.
+    try:  # text mode completes a character split between two reads; newline="" keeps \r\n
         with open(file, encoding="utf-8", newline="") as opened:
             text = read_start(opened, limit)
             more = opened.read(1) != ""
-            size = os.fstat(opened.fileno()).st_size
-        if "\0" in text:
+        if "\0" in text:  # in what was read: the rest is never read
             raise UnicodeError
     except UnicodeError:
-        size = file.stat().st_size
-        problem = f"{path} is a binary or non-UTF-8 file ({size:,} bytes); not shown"
+        problem = f"{path} is a binary or non-UTF-8 file ({file.stat().st_size:,} bytes); not shown"
         raise ValueError(problem) from None
     if not more:
         return text
-    left = size - len(text.encode())  # the rest was never read: the file's size says how big it is
+    left = file.stat().st_size - len(text.encode())  # not read: the file's size says how much
     return text + ("" if text.endswith("\n") else "\n") + f"... [{left} more bytes not shown]"
-
-
-def write_atomically(file: Path, text: str) -> None:
-    """Write `text` to a new file beside `file`, then rename it over `file` in one step.
-
-    Until the rename the old file is untouched, so a failed write leaves it as it was. And
-    the name gets a new file of its own: a hard link's other name keeps the old content.
-    """
-    target = file.resolve()  # through a symlink, as open() goes: the file it points to is replaced
-    if target.exists() and not os.access(target, os.W_OK):
-        raise PermissionError(f"{file} is read-only")
-    temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
-    try:
-        # "x": a new file, with the usual permissions.
-        with open(temp, "x", encoding="utf-8", newline="") as out:
-            if target.exists():  # keep its permission bits: a script stays executable
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
-            out.write(text)  # newline="": write exactly what was given
-            out.flush()
-            os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
 
 def write_file(path: str, content: str) -> str:
     file = WORKDIR / path
@@ -202,10 +98,11 @@ def write_file(path: str, content: str) -> str:
     write_atomically(file, content)
     return f"wrote {len(content):,} characters to {path}"
 
-
 def edit_file(path: str, old_text: str, new_text: str) -> str:
     file = WORKDIR / path
     check_kind(file, path)
+    if file.stat().st_size > MAX_EDIT:
+        raise ValueError(f"{path} is over {MAX_EDIT:,} bytes; edit it with a command (sed)")
     text = file.read_bytes().decode("utf-8")  # bytes, so that \r\n line ends survive the edit
     if not old_text:
         raise ValueError("old_text is empty; give the exact text to replace")
@@ -213,11 +110,9 @@ def edit_file(path: str, old_text: str, new_text: str) -> str:
     if found == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if found > 1:
-        raise ValueError(f"old_text occurs {found} times in {path}; "
-                         "add surrounding lines so it matches once")
+        raise ValueError(f"old_text occurs {found} times in {path}; add lines so it matches once")
     write_atomically(file, text.replace(old_text, new_text))
     return f"edited {path}"
-
 
 def list_dir(path: str = ".") -> str:
     folder = WORKDIR / path
@@ -225,162 +120,176 @@ def list_dir(path: str = ".") -> str:
     entries = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
     return cap("\n".join(entries)) or "(empty folder)"
 
-
-JSON_TYPES = {"string": str, "integer": int}
-
-
 def check_args(schema: dict, args: dict) -> str | None:
-    """Say what is wrong with the model's arguments for a tool, or None if they fit its schema."""
+    """What is wrong with the model's arguments for a tool, or None if they fit its schema."""
     for name in schema["required"]:
         if name not in args:
             return f"missing required argument {name!r}"
     for name, value in args.items():
-        spec = schema["properties"].get(name)
-        if spec is None:
-            takes = ", ".join(schema["properties"])
-            return f"unexpected argument {name!r}; this tool takes {takes}"
-        if not isinstance(value, JSON_TYPES[spec["type"]]) or isinstance(value, bool):
-            return f"argument {name!r} must be of type {spec['type']}, not {type(value).__name__}"
+        wanted = schema["properties"].get(name, {}).get("type")
+        if wanted is None:
+            return f"unexpected argument {name!r}; it takes {', '.join(schema['properties'])}"
+        if not isinstance(value, JSON_TYPES[wanted]) or isinstance(value, bool):  # True is an int
+            return f"argument {name!r} must be of type {wanted}, not {type(value).__name__}"
     return None
 
+JSON_TYPES = {"string": str, "integer": int}
+FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
 
-# -- the loop: call the model, run the tools it asks for, until it stops ---------
+def check_kind(file: Path, path: str, wanted: str = "a regular file") -> None:
+    """Refuse anything but a regular file (or a folder, for list_dir) before opening it: a FIFO
+    waits for a writer forever, and a device such as /dev/zero never ends."""
+    mode = file.stat().st_mode
+    kind = next((name for is_kind, name in FILE_KINDS if is_kind(mode)), "a special file")
+    if kind != wanted:
+        raise ValueError(f"{path} is {kind}, not {wanted}")
 
+def read_start(opened, limit: int | None) -> str:
+    """The first `limit` lines (all if None) of an open file, never over MAX_OUTPUT characters."""
+    lines, size = [], 0
+    while (limit is None or len(lines) < limit) and size < MAX_OUTPUT:
+        line = opened.readline(MAX_OUTPUT - size)  # a size, so that one endless line is cut too
+        if not line:
+            break
+        lines.append(line)
+        size += len(line)
+    return "".join(lines)
+
+def write_atomically(file: Path, text: str) -> None:
+    """Write a new file beside `file`, then rename it over `file` in one step: until then the old
+    file is untouched, and a hard link's other name keeps the old content."""
+    target = file.resolve()  # through a symlink, as open() goes: the file it points to is replaced
+    if target.exists() and not os.access(target, os.W_OK):
+        raise PermissionError(f"{file} is read-only")
+    temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
+    try:
+        with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
+            if target.exists():  # keep its permission bits: a script stays executable
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+# -- from s01: the loop, and its tools dispatched by name ------------------------------------------
 
 def agent_loop(messages: list) -> str:
-    """Call the model and run its tools until it stops; return its final text. A model that never
-    stops (a weak one can loop) is stopped after MAX_MODEL_CALLS calls."""
+    """Call the model and run the tools it asks for until it stops; return its final text."""
     for _ in range(MAX_MODEL_CALLS):
         response = call_model(messages)
-        show_usage(response.usage)
         final_text = take_reply(messages, response)
         if final_text is not None:
             return final_text
-    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS); "
-                     "ask for a smaller step")
-
+    raise TurnFailed(f"the model made {MAX_MODEL_CALLS} calls without finishing (MAX_MODEL_CALLS)")
 
 def call_model(messages: list):
-    """The one place the API is called; the reply's text is printed as it arrives. Each call is
-    recorded in the transcript, also one that fails or is cut short (Ctrl-C, a signal)."""
+    """One call: the whole conversation goes out; the reply's text streams onto the screen."""
     request = {
         "model": os.environ.get("MODEL_ID") or DEFAULT_MODEL,
         "system": system_prompt(),
         "messages": messages,
         "tools": TOOLS,
-        # The API's default, but some compatible servers offer no tools without it.
-        "tool_choice": {"type": "auto"},
+        "tool_choice": {"type": "auto"},  # the API's default; some compatible servers need it
         "max_tokens": MAX_TOKENS,
-        # Every call re-sends the whole conversation; caching makes the repeat cheap.
-        "cache_control": {"type": "ephemeral"},
+        "cache_control": {"type": "ephemeral"},  # each call re-sends the history: cache it
     }
-    line = {"time": datetime.now(UTC).isoformat(), "seconds": None, "session": SESSION,
-            "turn": turn_number, "agent": "parent", "request": request, "response": None}
-    started = time.monotonic()
-    try:
-        line["response"] = stream_reply(request)
-    except BaseException as error:  # recorded here, then passed on (run_turn handles it)
-        line["error"] = describe_error(error)
-        raise
-    finally:
-        line["seconds"] = round(time.monotonic() - started, 3)
-        save_transcript(line)
-    if text_of(line["response"].content):
-        print()  # end the line the text streamed onto
-    return line["response"]
+    with recorded(request) as call:  # in the transcript, whatever happens
+        call["response"] = stream_reply(request)
+    show_usage(call["response"].usage)
+    return call["response"]
 
+TURN_ENDERS = {  # stop reasons after which the turn cannot go on
+    "refusal": "the model declined this request (refusal); rephrase it and try again",
+    "model_context_window_exceeded": "the conversation outgrew the context window; start anew",
+    None: "the reply stopped midway (the server closed the stream); check ANTHROPIC_BASE_URL",
+}
 
 def take_reply(messages: list, response) -> str | None:
-    """Add the model's reply to the history and act on why it stopped.
-
-    Returns the final text when the turn is over, or None when the model
-    should be called again (its tools have run, or it was paused).
-    """
-    reason = response.stop_reason
-    if reason == "refusal":
-        raise TurnFailed("the model declined this request (refusal); rephrase it and try again")
-    if reason == "model_context_window_exceeded":
-        raise TurnFailed("the conversation no longer fits the model's context window; "
-                         "start a new session")
-    if reason is None:  # the stream ended before the server said why the reply stopped
-        raise TurnFailed("the reply stopped midway (the server closed the stream); "
-                         "check ANTHROPIC_BASE_URL")
-    # The API rejects an empty text block sent back to it (some compatible servers write them),
-    # and an empty assistant message would make every later request invalid.
-    content = [block for block in response.content if block.type != "text" or block.text]
-    if not content:
-        print(dim("(the model sent an empty reply)"))
-        content = [{"type": "text", "text": "(empty reply)"}]
-    if messages[-1]["role"] == "assistant":  # the turn was paused: this reply continues it
-        messages[-1]["content"] = [*messages[-1]["content"], *content]
-    else:
-        messages.append({"role": "assistant", "content": content})
+    """Add the reply to the history; return its final text, or None to call the model again."""
+    stop = response.stop_reason
+    if stop in TURN_ENDERS:
+        raise TurnFailed(TURN_ENDERS[stop])
+    add_reply(messages, response.content)
     calls = [block for block in response.content if block.type == "tool_use"]
-    if reason == "pause_turn":
-        return None  # the API paused a long turn; sending it back as it is resumes it
-    if reason == "max_tokens":
+    if stop == "max_tokens":
         print(dim("(the reply was cut off at max_tokens)"))
-        if calls:  # a cut-off call may have lost arguments: answer it, never run it
-            cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
-            results = [tool_result(block, cut, True) for block in calls]
-            messages.append({"role": "user", "content": results})
-            return None
-    if reason == "tool_use" and calls:
+    if stop == "max_tokens" and calls:  # a cut-off call may have lost arguments: never run it
+        cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
+        messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
+        return None
+    if stop == "tool_use" and calls:
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
         return None
+    if stop == "pause_turn":
+        return None  # the API paused a long turn: sending the history back resumes it
     return text_of(response.content)
 
-
 def run_turn(messages: list, user_text: str) -> None:
-    """One turn of the conversation. On any failure, drop the turn so the history stays valid."""
+    """One turn. If it fails, it leaves the history (which so stays valid); the session goes on."""
     global turn_number
     turn_number += 1  # the transcript says which turn each call belongs to
     start = len(messages)
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
         agent_loop(messages)
-    # Nothing that goes wrong in a turn ends the session.
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
-        print(f"\n{describe_error(error)}. This turn was dropped from the conversation "
-              "(files it changed stay changed).")
+        print(f"\n{describe_error(error)}. The turn was dropped; files it changed stay changed.")
 
+def add_reply(messages: list, content: list) -> None:
+    """Without empty text blocks (the API rejects them), and not at all if empty."""
+    content = [block for block in content if block.type != "text" or block.text]
+    if content:
+        messages.append({"role": "assistant", "content": content})
+    else:
+        print(dim("(the model sent an empty reply)"))
 
 def system_prompt() -> str:
-    return valid_utf8(
-        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        "and change files, then answer briefly."
-    )
-
+    return valid_utf8(f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
+                      "and change files, then answer briefly.")
 
 class TurnFailed(Exception):
     """A turn that cannot go on; it is dropped from the history and the message shown."""
 
+def run_tool(block) -> dict:
+    show_tool_call(block)
+    result = dispatch(block)
+    show_tool_result(result)
+    return result
 
-# -- the tool: bash, and a tool_result for every tool_use -------------------------
-
-
-def cap(text: str) -> str:
-    """Cut text to MAX_OUTPUT characters, saying how much was cut."""
-    if len(text) <= MAX_OUTPUT:
-        return text
-    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
-
+def dispatch(block) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
+    schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
+    if block.name not in schemas:
+        return tool_result(block, f"error: no tool {block.name!r}; the tools: {', '.join(schemas)}",
+                           True)
+    if not isinstance(block.input, dict):
+        return tool_result(block, "error: a tool's arguments must be an object", True)
+    args = {name: value for name, value in block.input.items() if value is not None}  # null: unset
+    problem = check_args(schemas[block.name], args)
+    if problem:
+        return tool_result(block, f"error: {block.name}: {problem}", True)
+    try:
+        return tool_result(block, TOOL_HANDLERS[block.name](**args))
+    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
+        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
 
 def run_bash(command: str) -> str:
     """Run a shell command in WORKDIR; return its output and any failure."""
     try:
-        done = subprocess.run(
-            ["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT, check=False,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
+        done = subprocess.run(["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     except subprocess.TimeoutExpired:
         return f"error: timed out after {BASH_TIMEOUT}s"
     output = done.stdout.decode(errors="replace")
     if done.returncode != 0:
         output += f"\n(exit code {done.returncode})"
     return cap(output) or "(no output)"
-
 
 TOOL_HANDLERS = {
     "bash": run_bash,
@@ -390,299 +299,171 @@ TOOL_HANDLERS = {
     "list_dir": list_dir,
 }
 
-
 def tool_result(block, text: str, is_error: bool = False) -> dict:
     return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),
             "is_error": is_error}
 
+def cap(text: str) -> str:
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
-def dispatch(block) -> dict:
-    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
-    schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
-    if block.name not in schemas:
-        problem = f"error: unknown tool {block.name!r}; the tools are {', '.join(schemas)}"
-        return tool_result(block, problem, True)
-    if not isinstance(block.input, dict):
-        kind = type(block.input).__name__
-        problem = f"error: a tool's input must be an object of arguments, not {kind}"
-        return tool_result(block, problem, True)
-    # null means "not given".
-    args = {name: value for name, value in block.input.items() if value is not None}
-    problem = check_args(schemas[block.name], args)
-    if problem:
-        return tool_result(block, f"error: {block.name}: {problem}", True)
-    try:
-        return tool_result(block, TOOL_HANDLERS[block.name](**args))
-    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
-        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
-
-
-def run_tool(block) -> dict:
-    """Run one tool call, showing the call and a glimpse of its result."""
-    show_tool_call(block)
-    result = dispatch(block)
-    show_tool_result(result)
-    return result
-
-
-# -- what you see: calls, results and usage on the screen (safe to skip) ---------
-
+# == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 
 def dim(text: str) -> str:
     """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
-    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-        return f"\033[2m{text}\033[0m"
-    return text
+    grey = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return f"\033[2m{text}\033[0m" if grey else text
 
-
-def count(number: int, thing: str) -> str:
-    """A number and its noun: "1 line", "2 lines"."""
-    return f"{number:,} {thing}" if number == 1 else f"{number:,} {thing}s"
-
+def printable(text: str) -> str:
+    """Control characters escaped: an escape sequence could set the terminal's title, say."""
+    return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
 
 def shorten(line: str, width: int = 120) -> str:
-    """A line cut to `width` characters, ending with … when something was cut."""
     return line if len(line) <= width else line[:width - 1] + "…"
 
-
 def show_tool_call(block) -> None:
-    # Shown before it is checked: the input may be anything.
-    arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
-    args = " ".join(str(value) for value in arguments.values()).replace("\n", " ")
-    print(dim(f"> {block.name}: {shorten(args)}"))
-
+    arguments = block.input.values() if isinstance(block.input, dict) else [block.input]
+    print(dim(printable(f"> {block.name}: {shorten(' '.join(map(str, arguments)))}")))
 
 def show_tool_result(result: dict) -> None:
-    """A glimpse of a result (the model gets all of it): its first line; for an error or a failed
-    command, its last lines, where a traceback says what went wrong."""
-    # From stage 2 on, a tool that raises answers "error: PermissionError: refused, ...": drop the
-    # Python words and keep the user's.
-    text = re.sub(r"^error: \w+Error: ", "", result["content"])
-    lines = [line for line in text.splitlines() if line.strip()] or [""]
+    """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""
+    lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
     failed = result["is_error"] or lines[-1].startswith("(exit code")
-    if not failed or len(lines) == 1:
-        more = f" (+{count(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
-        print(dim(f"  {shorten(lines[0])}{more}"))
-        return
-    if len(lines) > 3:
-        print(dim(f"  ({count(len(lines) - 3, 'line')} before)"))
-    for line in lines[-3:]:
-        print(dim(f"  {shorten(line)}"))
-
+    for line in lines[-3:] if failed else lines[:1]:
+        print(dim(printable(f"  {shorten(line)}")))
+    if len(lines) > 1:
+        print(dim(f"  ({len(lines)} lines in all)"))
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""
     cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
     return usage.input_tokens + cached
 
-
 def show_usage(usage) -> None:
-    """One line per model call: how big the context is, and how much came from the cache."""
-    cached = usage.cache_read_input_tokens or 0
-    print(dim(f"[context {context_tokens(usage):,} tokens, {cached:,} read from cache; "
-              f"output {usage.output_tokens:,}]"))
-
+    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,}"
+              f" read from cache; output {usage.output_tokens:,}]"))
 
 def text_of(content) -> str:
     return "\n".join(block.text for block in content if block.type == "text")
 
-
 def valid_utf8(text: str) -> str:
-    """Text the API can take. Python stands in for bytes that are not UTF-8 (in a file name, say)
-    with lone surrogates, which cannot be sent; each becomes the replacement character."""
+    """Python keeps bytes that are not UTF-8 as lone surrogates, which the API cannot take."""
     return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
-
-# -- the wire: streaming, the transcript, errors that name a cause (safe to skip) --
-
-
 def stream_reply(request: dict):
-    """Send the request and print the reply's text as it streams in; return the whole reply.
-    A server still silent after QUIET_SECONDS is said to be so: one line, not a frozen screen."""
-    waiting = threading.Timer(QUIET_SECONDS, print, [dim(
-        f"(no answer yet; a try is given up after {API_TIMEOUT}s, API_TIMEOUT. Ctrl-C cancels)")])
-    waiting.start()
-    events = 0
+    """Send the request with the SDK's stream helper; print the text as it comes; return it all."""
+    import anthropic  # loaded by make_client already
     try:
         with client.messages.stream(**request) as stream:
-            try:
-                for event in stream:
-                    waiting.cancel()  # the server is talking
-                    events += 1
-                    if event.type == "text":
-                        print(event.text, end="", flush=True)
-            except ValueError:  # the SDK could not parse a tool call's arguments (it quotes them)
-                raise TurnFailed("a tool call's arguments are not valid JSON; try again, or check "
-                                 "MODEL_ID (small models write broken calls)") from None
-            if events == 0:  # the body held no server-sent events: nothing to build a reply from
-                raise TurnFailed("the server answered a streamed request with plain JSON, not "
-                                 "events; check ANTHROPIC_BASE_URL (the endpoint must stream)")
-            return stream.get_final_message()
-    finally:
-        waiting.cancel()
+            for text in stream.text_stream:
+                print(printable(text), end="", flush=True)
+            reply = stream.get_final_message()
+    except anthropic.APIError:
+        raise
+    # Mid-stream the SDK wraps no error: a timeout, a tool call's broken JSON, a body with no events
+    except Exception as error:  # noqa: BLE001
+        raise TurnFailed(f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)})"
+                         "; check ANTHROPIC_BASE_URL and MODEL_ID, or raise API_TIMEOUT for a slow "
+                         "server") from None
+    if text_of(reply.content):
+        print()  # end the line the text streamed onto
+    return reply
 
+SESSION = os.urandom(4).hex()  # each transcript line names its run of the stage...
+turn_number = 0  # ...and your turn, counted by run_turn
+
+@contextlib.contextmanager
+def recorded(request: dict, **fields):
+    """Record a model call in TRANSCRIPT, also one that fails or is cut short (Ctrl-C, a signal)."""
+    line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
+            "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
+            "request": request, "response": None}
+    started = time.monotonic()
+    try:
+        yield line
+    except BaseException as error:
+        line["error"] = describe_error(error)
+        raise
+    finally:
+        line["seconds"] = round(time.monotonic() - started, 3)
+        save_transcript(line)
 
 def save_transcript(line: dict | None) -> None:
-    """With TRANSCRIPT=file.jsonl set, append one JSON line per model call (the s01 note lists its
-    fields). The key is not among them: the client sends it as a header. A file that cannot be
-    written is said once and recording stops: a transcript is never worth a turn. main() calls
-    this with None at start-up, to find that out before the first turn."""
+    """Append a line to TRANSCRIPT, if set (never the key); if it cannot, say so and stop."""
     path = os.environ.get("TRANSCRIPT")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as file:
-            if line is not None:
-                as_plain = lambda sdk_object: sdk_object.model_dump(mode="json", exclude_none=True)
-                file.write(json.dumps(line, default=as_plain) + "\n")  # the reply is an SDK object
+            if line is not None:  # main() writes None to try the file
+                file.write(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
+                    mode="json", exclude_none=True)) + "\n")
     except OSError as error:
         del os.environ["TRANSCRIPT"]
         print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
 
-
-def causes(error: BaseException):
-    """The error, then each error behind it: the SDK's errors wrap the one that says why."""
-    while error is not None:
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def why_unreachable(error: BaseException) -> str:
-    """In words, why a try at reaching the server failed, from the errors behind the SDK's own."""
-    for cause in causes(error):
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused (nothing listens at that address and port)"
-        if isinstance(cause, socket.gaierror):
-            return "unknown host name"
-        if isinstance(cause, ssl.SSLError):
-            return f"TLS failed ({cause.reason}): the server may speak http, not https"
-        if isinstance(cause, TimeoutError):
-            return f"no answer for {API_TIMEOUT}s"
-    deepest = list(causes(error))[-1]
-    return str(deepest) or type(deepest).__name__
-
-
-def server_said(error) -> str:
-    """The type and message in an error body ({"error": {"type", "message"}}), or its text."""
-    body = error.body if isinstance(error.body, dict) else {}
-    details = body.get("error")
-    if isinstance(details, dict) and details.get("message"):
-        return f"{details.get('type', 'error')}: {details['message']}"
-    return shorten(error.response.text.strip(), 200) or "no message"
-
-
 def describe_error(error: BaseException) -> str:
-    """What ended a turn (or a model call), in words, naming the setting to check."""
-    import anthropic  # loaded by make_client already (see there), so this costs nothing
+    """What ended a turn (or a model call), in one line naming the setting to check."""
+    import anthropic  # loaded by make_client already
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
-    if isinstance(error, SystemExit):
-        return "stopped by a signal (`timeout`, or the terminal was closed)"
-    if isinstance(error, TurnFailed):
-        return str(error)
-    if isinstance(error, anthropic.APITimeoutError):
-        return (f"API error: no answer in {API_TIMEOUT}s, {count(API_RETRIES + 1, 'time')}; "
+    if isinstance(error, anthropic.APIConnectionError):  # the error it chains says why
+        return (f"API error: cannot reach {error.request.url} ({error.__cause__ or error}); "
                 "check ANTHROPIC_BASE_URL, or raise API_TIMEOUT for a slow server")
-    if isinstance(error, anthropic.APIConnectionError):
-        return (f"API error: cannot reach {error.request.url}: {why_unreachable(error)}; "
-                "check ANTHROPIC_BASE_URL")
     if isinstance(error, anthropic.APIStatusError):
-        text = f"API error {error.status_code} ({server_said(error)})"
-        if error.request_id:
-            text += f", request {error.request_id}"
-        if error.status_code in (400, 401, 403, 404):
-            # From a proxy or a compatible provider these usually mean a wrong setting.
+        text = f"API error {error.status_code} ({server_said(error)}), request {error.request_id}"
+        if error.status_code in (400, 401, 403, 404):  # from a proxy too: a wrong setting
             text += "; check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID"
         return text
-    if any(isinstance(cause, TimeoutError) for cause in causes(error)):  # not wrapped by the SDK
-        return (f"API error: the reply stopped midway, nothing more for {API_TIMEOUT}s; "
-                "check ANTHROPIC_BASE_URL, or raise API_TIMEOUT for a slow server")
-    if isinstance(error, anthropic.APIError):
-        return f"API error: {error}"
-    return f"{type(error).__name__}: {error}"
+    return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
-
-# -- start-up ------------------------------------------------------------------
-
+def server_said(error) -> str:
+    """The type and message of an error body (the oldest SDK allowed has no fields for them)."""
+    details = error.body.get("error") if isinstance(error.body, dict) else None
+    if isinstance(details, dict):
+        return f"{details.get('type')}: {details.get('message')}"
+    return shorten(error.response.text.strip(), 200) or "no message"
 
 MISSING_KEY = """\
-No API key: set ANTHROPIC_API_KEY, in the environment or in a .env file beside
-this script (copy .env.example to .env and fill it in). For an
-Anthropic-compatible provider also set ANTHROPIC_BASE_URL; MODEL_ID picks the
-model. No key at all? `python tests/demo.py {stage}` shows this stage working
-with a scripted model."""
-
-
-class ShowRetries(logging.Handler):
-    """Shows each retry as the SDK makes it, with its reason, from what the SDK logs (logger
-    "anthropic"): at DEBUG level why a try failed, then "Retrying request to ... in N seconds"."""
-
-    reason = "the try failed"
-
-    def emit(self, record: logging.LogRecord) -> None:
-        pattern = str(record.msg)  # the message before its %-arguments are filled in
-        if record.exc_info:  # "Encountered Exception": the error of the try that failed
-            self.reason = why_unreachable(record.exc_info[1])
-        elif pattern == "Retrying due to status code %i":
-            self.reason = f"the server answered {record.args[0]}"
-        elif pattern.startswith("Retrying request to"):  # "... to %s in %f seconds"
-            print(dim(f"(trying again in {record.args[1]:.1f}s: {self.reason})"), flush=True)
-
-
-def base_url() -> str:
-    # An empty ANTHROPIC_BASE_URL means "not set", which the SDK would not assume.
-    return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-
-
-def endpoint() -> str | None:
-    """The host (and port) of ANTHROPIC_BASE_URL, to show; None if it is not an http(s) URL."""
-    parts = urlsplit(base_url())
-    with contextlib.suppress(ValueError):  # a port that is not a number
-        if parts.scheme in ("http", "https") and parts.hostname:
-            return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
-    return None
-
+No API key: set ANTHROPIC_API_KEY, in the environment or in .env beside this script (copy
+.env.example to .env). For a compatible provider set ANTHROPIC_BASE_URL too; MODEL_ID picks the
+model. No key at all? `python tests/demo.py {stage}` runs this stage with a scripted model."""
 
 def make_client():
-    """Build the API client from the environment, or None when no key is set. The SDK is imported
-    here, not at the top: importing it takes seconds, and the no-key message should not wait."""
-    api_key = os.environ.get("ANTHROPIC_API_KEY")
-    if not api_key:
+    """The API client, or None without a key. (Imported here, the SDK delays no message.)"""
+    if not os.environ.get("ANTHROPIC_API_KEY"):
         return None
     import anthropic
-    sdk_log = logging.getLogger("anthropic")  # the SDK logs each retry here
-    sdk_log.setLevel(logging.DEBUG)  # a retry's reason is logged at DEBUG level
-    sdk_log.handlers = [ShowRetries()]  # one handler, however often a client is built
-    sdk_log.propagate = False  # and only here: not on to Python's default handlers
-    return anthropic.Anthropic(api_key=api_key, base_url=base_url(), timeout=API_TIMEOUT,
-                               max_retries=API_RETRIES)
+    hooks = {"request": [show_retry]}  # the HTTP client calls it before every try
+    return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
+                               http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
 
+def show_retry(request) -> None:
+    """The SDK retries by itself, silently, and numbers its tries in a header: say each retry."""
+    retry = request.headers.get("x-stainless-retry-count", "0")
+    if retry != "0":
+        print(dim(f"(the last try failed; trying again, {retry} of {API_RETRIES})"), flush=True)
+
+def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
+    return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
 
 def number_setting(name: str, default: int) -> int:
-    """A whole number from the environment (or .env), else the default; a wrong value is said."""
     value = os.environ.get(name, "").strip()
-    if value.isdecimal():
-        return int(value)
-    if value:
+    if value and not value.isdecimal():
         print(f"{name}={value!r} is not a whole number; using {default}")
-    return default
-
-
-def typed_so_far() -> str:
-    """What was typed at the prompt when Ctrl-C came; readline keeps it ("" without readline)."""
-    readline = sys.modules.get("readline")
-    return readline.get_line_buffer() if readline else ""
-
+    return int(value) if value.isdecimal() else default
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS
+    from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv()
     API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
     API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
     MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
     MAX_MODEL_CALLS = number_setting("MAX_MODEL_CALLS", MAX_MODEL_CALLS)
-    if endpoint() is None:
+    if not re.fullmatch(r"https?://[^/:]+(:[0-9]+)?(/.*)?", base_url()):  # http(s)://host:port
         print(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as http://host:port "
               "or https://host", file=sys.stderr)
         return 2
@@ -691,16 +472,10 @@ def main() -> int:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
         return 2
     save_transcript(None)  # can it be written? If not, it says so now and recording is off
-    transcript = os.environ.get("TRANSCRIPT")  # still set only if it can be written
-    recording = f", recording each call in {transcript}" if transcript else ""
-    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {endpoint()}{recording}"))
-    # `timeout` or a closed terminal: leave through every `finally`: a call cut short is recorded.
-    for stop in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(stop, lambda number, frame: sys.exit(128 + number))
+    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {base_url().rstrip('/')}"))
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
-            # Loading it gives input() line editing, and Up recalls earlier lines.
-            import readline  # noqa: F401
+            import readline  # input() gets line editing; Up recalls earlier lines
     messages, warned = [], False
     while True:
         try:
@@ -710,11 +485,12 @@ def main() -> int:
             return 0
         except KeyboardInterrupt:
             print()
-            if typed_so_far():  # as in bash: Ctrl-C throws away the line being typed
+            readline = sys.modules.get("readline")  # it holds what was typed
+            if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:
                 return 0
-            else:
+            else:  # on an empty line it asks once before leaving
                 print(dim("(press Ctrl-C again or type q to leave)"))
                 warned = True
             continue
@@ -724,9 +500,11 @@ def main() -> int:
         if user_text.strip():
             run_turn(messages, user_text)
 
-
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:  # Ctrl-C before the prompt came (loading the SDK takes seconds)
         sys.exit(130)
+    except ModuleNotFoundError as missing:  # started outside the virtual environment
+        sys.exit(f"{missing.name} is not installed for {sys.executable}: activate the virtual "
+                 "environment (. .venv/bin/activate), or pip install -r requirements.txt")

@@ -91,18 +91,32 @@ def as_json(value):
     return json.loads(json.dumps(value, default=plain))
 
 
+def as_blocks(content) -> list:
+    return [text(content)] if isinstance(content, str) else list(content)
+
+
+def combined_turns(messages: list) -> list:
+    """The API combines consecutive messages of one role into a single turn, and so does this."""
+    turns = []
+    for message in messages:
+        if turns and turns[-1]["role"] == message["role"]:
+            turns[-1]["content"] += as_blocks(message["content"])
+        else:
+            turns.append({"role": message["role"], "content": as_blocks(message["content"])})
+    return turns
+
+
 def history_problem(messages: list) -> str | None:
-    """What the Messages API would reject in this history, or None if it is valid."""
+    """What the Messages API would reject in this history, or None if it is valid. Like the API,
+    it first combines consecutive messages of one role into one turn."""
     messages = as_json(messages)
     if not messages or messages[0]["role"] != "user":
         return "the history must start with a user message"
+    if any(not message["content"] for message in messages):
+        return "a message has empty content"
+    messages = combined_turns(messages)
     for index, message in enumerate(messages):
-        content = message["content"]
-        if not content:
-            return f"message {index} has empty content"
-        if index and message["role"] == messages[index - 1]["role"]:
-            return f"messages {index - 1} and {index} are both {message['role']} messages"
-        blocks = content if isinstance(content, list) else []
+        blocks = message["content"]
         if any(block["type"] == "text" and not block["text"] for block in blocks):
             return f"message {index}: text content blocks must be non-empty"
         asked = [block["id"] for block in blocks if block["type"] == "tool_use"]
@@ -187,6 +201,10 @@ class ScriptedStream:
         for piece in text_pieces(self.answer):
             yield SimpleNamespace(type="text", text=piece)
         yield SimpleNamespace(type="message_stop")
+
+    @property
+    def text_stream(self):
+        return (event.text for event in self if event.type == "text")
 
     def get_final_message(self) -> anthropic.types.Message:
         return anthropic.types.Message.model_validate(self.answer)

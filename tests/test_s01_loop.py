@@ -112,15 +112,15 @@ def test_a_turn_that_cannot_go_on_is_dropped_and_explained(stage, reason, said, 
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_pause_turn_continues_the_same_assistant_message(stage, scripted, capsys):
-    """pause_turn means the API paused a long turn: send the reply back as it is, and what the model
-    says next continues that same assistant message (two assistant messages in a row are invalid)."""
+def test_pause_turn_sends_the_paused_reply_back_and_the_model_goes_on(stage, scripted, capsys):
+    """pause_turn means the API paused a long turn: send the history back with the paused reply
+    last, as it is, and the model goes on. (The API combines two assistant messages in a row into
+    one turn, and so does the fake API's history check.)"""
     model = scripted(stage, [reply("Working on it.", stop_reason="pause_turn"), reply("Finished."), reply("ok")])
     messages = []
     stage.run_turn(messages, "go")
     assert model.requests[1]["messages"][-1]["role"] == "assistant"  # resumed as it was
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert stage.text_of(messages[1]["content"]) == "Working on it.\nFinished."
+    assert [stage.text_of(m["content"]) for m in messages[1:]] == ["Working on it.", "Finished."]
     out = capsys.readouterr().out
     assert "Working on it." in out and "Finished." in out
     stage.run_turn(messages, "next")
@@ -229,7 +229,7 @@ def test_an_overloaded_api_is_retried_by_the_sdk(scripted, monkeypatch, capsys):
         s01_loop.run_turn([], "hi")
         assert len(api.requests) == 2
     out = capsys.readouterr().out
-    assert "made it" in out and "(trying again in" in out and "the server answered 529" in out
+    assert "made it" in out and "trying again" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -251,21 +251,21 @@ def test_unreachable_api_says_so(stage, scripted, capsys):
     messages = []
     stage.run_turn(messages, "hi")
     out = capsys.readouterr().out
-    assert f"cannot reach {api.url}/v1/messages: connection refused" in out
+    assert f"cannot reach {api.url}/v1/messages" in out and "refused" in out
     assert "check ANTHROPIC_BASE_URL" in out and "Traceback" not in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_https_to_a_plain_http_server_says_tls_failed(stage, scripted, capsys):
     """`https://` to a server that speaks only http: the SDK says "Connection error."; the stage
-    finds the TLS failure behind it and says so, with the URL tried."""
+    shows the error the SDK chains to it, which names the TLS failure, with the URL tried."""
     with FakeAPI([]) as api:
         https = api.url.replace("http://", "https://")
         client = anthropic.Anthropic(api_key="test-key", base_url=https, max_retries=0)
         scripted(stage, None, client=client)
         stage.run_turn([], "hi")
     out = capsys.readouterr().out
-    assert f"cannot reach {https}/v1/messages: TLS failed" in out and "ANTHROPIC_BASE_URL" in out
+    assert f"cannot reach {https}/v1/messages" in out and "SSL" in out and "ANTHROPIC_BASE_URL" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -283,30 +283,28 @@ def test_a_rejected_request_shows_the_servers_type_message_and_request_id_not_a_
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_silent_call_says_so_and_each_retry_is_shown_with_its_reason(stage, scripted, monkeypatch,
-                                                                       capsys):
-    """Waits talk: a call still silent after QUIET_SECONDS says so in one line, and each retry the
-    SDK makes is shown as it happens, with its reason. Into a pipe they are plain lines."""
-    monkeypatch.setattr(stage, "QUIET_SECONDS", 0.05)
+def test_each_retry_is_shown_as_it_happens(stage, scripted, monkeypatch, capsys):
+    """The SDK retries a call that got no answer by itself, silently; the stage shows each retry
+    as the SDK makes it (the client's per-try hook), so a wait does not look like a hang. Into a
+    pipe it is a plain line."""
     with FakeAPI([SILENCE, SILENCE]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
         stage.run_turn([], "hello?")
     out = capsys.readouterr().out
-    assert "(no answer yet; a try is given up after 0.3s, API_TIMEOUT" in out
-    assert "(trying again in" in out and "no answer for 0.3s)" in out and "\033[" not in out
+    assert out.count("trying again") == 1 and "\033[" not in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_tool_arguments_that_are_not_json_get_one_line_not_a_dump(stage, scripted, capsys):
     """A small model writes a tool call whose arguments are not JSON. The SDK's error quotes all of
-    them (kilobytes); the stage says what the server did and what to check, in one line."""
+    them (kilobytes); the stage says in one line that the reply broke off and what to check."""
     raw = '{"command": ls -la ' + "x" * 3000 + "}"
     with FakeAPI([reply(broken_tool("bash", raw)), reply("after")]) as api:
         scripted(stage, None, client=api.client())
         messages = []
         stage.run_turn(messages, "one")
         out = capsys.readouterr().out
-        assert "tool call's arguments are not valid JSON" in out and "MODEL_ID" in out
+        assert "broke off" in out and "MODEL_ID" in out
         assert "xxxxxxxx" not in out and messages == []
         stage.run_turn(messages, "two")
     assert "after" in capsys.readouterr().out
@@ -316,14 +314,15 @@ def test_tool_arguments_that_are_not_json_get_one_line_not_a_dump(stage, scripte
 def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(stage, scripted,
                                                                                capsys):
     """A server that answers a streamed request with one JSON body (no server-sent events): the
-    SDK fails with a bare AssertionError; the stage names what the server did and the setting."""
+    SDK fails with a bare AssertionError; the stage says in one line that the reply broke off and
+    which settings to check, and the turn is dropped."""
     with FakeAPI([reply("hello", plain_json=True)]) as api:
         scripted(stage, None, client=api.client())
         messages = []
         stage.run_turn(messages, "hi")
     out = capsys.readouterr().out
-    assert "answered a streamed request with plain JSON" in out and "ANTHROPIC_BASE_URL" in out
-    assert "AssertionError" not in out and messages == []
+    assert "broke off" in out and "ANTHROPIC_BASE_URL" in out
+    assert "Traceback" not in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -351,7 +350,8 @@ def test_the_parent_stops_after_max_model_calls_and_says_so(stage, scripted, mon
     messages = []
     stage.run_turn(messages, "loop")
     assert len(model.requests) == 3 and messages == []
-    assert "made 3 calls without finishing (MAX_MODEL_CALLS)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "made 3 calls without finishing" in out and "MAX_MODEL_CALLS" in out
     stage.run_turn(messages, "again")
     assert "next" in capsys.readouterr().out
 
@@ -494,8 +494,8 @@ def test_exit_q_and_eof_end_the_program_with_status_0(typed, user_env):
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, capsys):
-    """Before the first request, one line says which model and which endpoint (host only) will be
-    used, so a wrong MODEL_ID or ANTHROPIC_BASE_URL shows at once. The key is never shown."""
+    """Before the first request, one line says which model and which endpoint (scheme, host and
+    port) will be used, so a wrong MODEL_ID or ANTHROPIC_BASE_URL shows at once. The key is never shown."""
     with FakeAPI([]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "sk-very-secret")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url + "/")
@@ -503,7 +503,7 @@ def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, ca
         user_env.setattr("sys.stdin", io.StringIO("q\n"))
         assert stage.main() == 0
     out = capsys.readouterr().out
-    assert f"model claude-nope at {api.url.removeprefix('http://')}\n" in out
+    assert f"model claude-nope at {api.url}\n" in out
     assert "sk-very-secret" not in out
 
 
@@ -601,7 +601,7 @@ def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(
     scripted(stage, [reply("Let me look.", tool("bash", command="printf 'one\\ntwo\\nthree\\n'")), reply("done")])
     stage.run_turn([], "go")
     out = capsys.readouterr().out
-    assert "Let me look." in out and "> bash: printf" in out and "one (+2 lines)" in out
+    assert "Let me look." in out and "> bash: printf" in out and "  one\n  (3 lines in all)" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -613,29 +613,26 @@ def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripte
     scripted(stage, [reply(tool("bash", command=failing)), reply("done")])
     stage.run_turn([], "go")
     out = capsys.readouterr().out
-    assert "  (3 lines before)\n    three\n  ValueError: boom\n  (exit code 1)\n" in out
+    assert "    three\n  ValueError: boom\n  (exit code 1)\n  (6 lines in all)\n" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_cut_line_ends_with_an_ellipsis_and_counts_agree_in_number(stage, scripted, capsys):
-    """A line too long to show is cut and ends with "…", so it does not look complete; "1 line",
-    never "1 lines"."""
+def test_a_cut_line_ends_with_an_ellipsis(stage, scripted, capsys):
+    """A line too long to show is cut and ends with "…", so it does not look complete."""
     command = "echo " + "word " * 40 + "; echo second"
     scripted(stage, [reply(tool("bash", command=command)), reply("done")])
     stage.run_turn([], "go")
     out = capsys.readouterr().out
-    assert "word word…" in out and "… (+1 line)\n" in out
+    assert "word word…\n" in out
 
 
 @pytest.mark.parametrize("stage", stages_from("s03_safety"))
-def test_a_refused_command_reads_as_words_and_the_model_still_gets_is_error(stage, scripted,
-                                                                            capsys):
-    """A refusal is shown as words ("refused, not run: sudo changes privileges"), not as a Python
-    class name ("error: PermissionError: ..."); the model's tool_result is still an error."""
+def test_a_refused_command_shows_its_reason_and_the_model_gets_is_error(stage, scripted, capsys):
+    """A refusal is shown with its reason on the screen, and the model's tool_result is an error
+    it can act on."""
     model = scripted(stage, [reply(tool("bash", command="sudo ls")), reply("ok")])
     stage.run_turn([], "go")
-    out = capsys.readouterr().out
-    assert "\n  refused, not run: sudo changes privileges" in out and "PermissionError" not in out
+    assert "refused, not run: sudo" in capsys.readouterr().out
     assert tool_results(model.requests[1])[0]["is_error"]
 
 
@@ -667,7 +664,7 @@ def test_a_tool_input_that_is_not_an_object_gets_an_error_result(stage, tool_inp
         scripted(stage, None, client=api.client())
         stage.run_turn([], "go")
     [result] = tool_results(api.requests[1])
-    assert result["is_error"] and "must be an object" in result["content"]
+    assert result["is_error"] and "object" in result["content"]
 
 
 def raise_a_bug(request: dict) -> dict:
@@ -683,7 +680,7 @@ def test_any_exception_inside_a_turn_drops_the_turn_and_the_session_goes_on(stag
     messages = []
     stage.run_turn(messages, "one")
     stage.run_turn(messages, "two")
-    assert "ValueError: an unplanned failure" in capsys.readouterr().out and len(messages) == 2
+    assert "an unplanned failure" in capsys.readouterr().out and len(messages) == 2
     stage.run_turn(messages, "three")
     assert history_problem(model.requests[-1]["messages"]) is None and "still here" in capsys.readouterr().out
 
@@ -917,7 +914,7 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
         messages = []
         stage.run_turn(messages, "hello?")
         out = capsys.readouterr().out
-        assert "no answer in 0.3s, 2 times" in out and messages == []
+        assert "timed out" in out and messages == []
         assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out
         stage.run_turn(messages, "and now?")
     assert "back again" in capsys.readouterr().out
@@ -927,7 +924,7 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
 def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, monkeypatch, capsys):
     """With streaming the timeout is the longest gap between two pieces of the answer, not the whole
     answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped.
-    The SDK says only "timed out"; the stage says it like a silent server, naming the settings."""
+    The SDK says only "timed out"; the stage says the reply broke off, naming the settings."""
     gate = Gate()  # never opened: after its first words the server says nothing more
     with FakeAPI([reply("I will now say noth", "ing more.", gate=gate)]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
@@ -935,7 +932,7 @@ def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, mo
         stage.run_turn(messages, "talk")
         gate.opened.set()
     out = capsys.readouterr().out
-    assert "I will now say" in out and "the reply stopped midway, nothing more for 0.3s" in out
+    assert "I will now say" in out and "broke off" in out
     assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out and messages == []
 
 
@@ -1014,27 +1011,6 @@ def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(
         assert datetime.fromisoformat(line["time"]).utcoffset().total_seconds() == 0
         assert isinstance(line["seconds"], float) and line["seconds"] >= 0
         assert "error" not in line and "task" not in line
-
-
-def test_a_call_cut_short_by_sigterm_is_still_recorded(tmp_path):
-    """`timeout 60 python s01_loop.py` or a closed terminal ends the program with a signal while a
-    call may be under way: that call is still in the transcript, with its error."""
-    transcript, stage_process = tmp_path / "wire.jsonl", []
-
-    def sigterm_while_the_model_thinks(request: dict) -> dict:
-        stage_process[0].send_signal(signal.SIGTERM)
-        return SILENCE
-
-    with FakeAPI([sigterm_while_the_model_thinks]) as api:
-        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url,
-                        TRANSCRIPT=str(transcript))
-        stage_process.append(subprocess.Popen([sys.executable, str(ROOT / "s01_loop.py")],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, env=env, cwd=tmp_path))
-        _, err = stage_process[0].communicate(b"hi\n", timeout=30)
-    assert stage_process[0].returncode == 128 + signal.SIGTERM and b"Traceback" not in err
-    [line] = read_transcript(transcript)
-    assert line["response"] is None and "stopped by a signal" in line["error"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

@@ -16,10 +16,10 @@ CHANGED = {
     # the system prompt says whether the network is on; main says what the wall holds
     "s03_safety": {"STAGE", "system_prompt", "run_bash", "read_file", "write_file", "edit_file", "list_dir",
                    "main"},
-    # the loop's pieces take the tools (and the child's indent) as arguments, so two agents share
-    # them; only the parent's text streams onto the screen; a child's transcript lines name its task
-    "s04_subagent": {"STAGE", "system_prompt", "dispatch", "run_tool", "show_tool_call", "show_tool_result",
-                     "stream_reply", "call_model", "take_reply", "agent_loop"},
+    # the loop's pieces take the tools, the system prompt and the cap as arguments, so parent and
+    # child share them; dispatch hands a task call's id to run_subagent (its transcript lines name it)
+    "s04_subagent": {"STAGE", "system_prompt", "dispatch", "run_tool", "call_model", "take_reply",
+                     "agent_loop", "run_turn"},
 }
 
 PAIRS = list(itertools.pairwise(STAGE_NAMES))
@@ -67,7 +67,7 @@ def test_no_stage_imports_another(stage):
     assert not imported & set(STAGE_NAMES)
 
 
-FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "check_kind", "s03_safety": "safe_path",
+FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "read_file", "s03_safety": "safe_path",
                   "s04_subagent": "run_subagent"}
 
 
