@@ -307,7 +307,7 @@ def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
-    load_dotenv()
+    load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
     API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
     API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
     MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)

@@ -18,27 +18,23 @@ filter (check_command), bash's limits (run_bash); then s02's tools and s01's loo
 MACHINERY, to skip on a first reading: the screen, the wire, start-up (wall_state, main).
 """
 
-import sys
-
-# The wall leaves the workspace writable, and Python imports from a script's own folder first:
-# started in its own folder, the stage drops it, so that a module planted there (a dotenv.py,
-# say) cannot run at the next start, outside the wall.
-if __name__ == "__main__" and not sys.flags.safe_path:
-    del sys.path[0]
-
 import contextlib
+import errno
 import functools
 import itertools
 import json
 import os
+import platform
 import re
 import select
 import shlex
-import shutil
 import signal
+import socket
 import stat
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,39 +80,161 @@ TOOLS = [{
 }]
 
 # == THE LESSON ===================================================================================
-# -- new in s03: the fences ------------------------------------------------------------------
-# -- fence 3: the wall: the operating system confines every command --------------
-# With bubblewrap (Linux) a command sees the system read-only and the workspace writable, except
-# what runs later outside the wall; the home folder is hidden but for the programs on PATH; the
-# network is off unless NETWORK=on; /tmp, /var/tmp and /run are private; it gets its own process,
-# IPC and user namespaces, no capabilities, and LIMITS. Without the wall no command runs, unless
-# SANDBOX=off.
+# -- new in s03: fences around the tools ------------------------------------------------------
+# -- fence 1: the wall: the operating system confines every command ------------------------
+# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
+# promises, each kept by a mechanism rather than a list of doors:
+# 1. Nothing outside the workspace changes, as root too: the system and /proc (kernel settings)
+#    are read-only; /tmp, /var/tmp, /run and /dev/shm are the command's own, in memory.
+# 2. No secret is read: of the home folder only PATH's folders and the agent's Python come back;
+#    every .env file of the workspace, and the agent's, reads as nothing; no variable outside
+#    command_env's allow-list.
+# 3. No service outside is reached: the network is off unless NETWORK=on, and no Unix socket can
+#    be made (a seccomp filter), wherever its file is: docker, ssh-agent, a database.
+# 4. Nothing runs later unless the user runs it: each .git of the workspace, the agent's own
+#    folder and its Python are read-only mounts, which a command can neither write nor rename.
+# 5. Bounded: processes and memory for the command as a whole (a cgroup of its own; where none
+#    can be made, ulimit, per process), each file's size, /tmp's size, time (BASH_TIMEOUT).
+# Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
+# a package's scripts) runs when the user runs it: review it (git status, git diff) first.
 
-RUNS_LATER = [  # in the workspace, run or read later outside the wall: by git, a shell, an editor
-    ".git/hooks", ".git/config", ".git/commondir", ".git/modules", ".gitmodules", ".husky", ".env",
-    ".envrc", ".bashrc", ".bash_profile", ".profile", ".zshrc", ".zprofile", ".zshenv", ".vscode",
-    ".idea",
-]
-SECRET_HOMES = {".ssh", ".aws", ".gnupg", ".docker", ".kube", ".config", ".local", ".netrc"}
-MAX_PROCESSES = 512
-MAX_MEMORY = 4 * 2**30  # bytes of memory one process may map
+MAX_PROCESSES = 512  # for one command and all it starts
+MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
-LIMITS = f"ulimit -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024} -f {MAX_FILE // 1024}"  # in KiB
-LIMIT_SIGNS = {  # what a failing program prints when it meets one of the limits -> the limit
-    "Resource temporarily unavailable": f"{MAX_PROCESSES} processes",
-    "can't start new thread": f"{MAX_PROCESSES} processes",
-    "Cannot allocate memory": f"{MAX_MEMORY // 2**30} GiB of memory per process",
-    "MemoryError": f"{MAX_MEMORY // 2**30} GiB of memory per process",
-    "File size limit exceeded": f"{MAX_FILE // 2**30} GiB per file",
-    "File too large": f"{MAX_FILE // 2**30} GiB per file",
-    "No space left on device": f"{MAX_FILE // 2**30} GiB in /tmp",
-}
+HERE = Path(__file__).resolve().parent  # the agent's own folder
 IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
              for arg in ("--size", str(MAX_FILE), "--tmpfs", folder)]
-WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *IN_MEMORY,
-        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+# /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too.
+WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+        *IN_MEMORY, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+# Machine -> its name in seccomp (AUDIT_ARCH_...) and the number of its socket() system call.
+SOCKET_CALLS = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
            "set SANDBOX=off to run commands with only the filter in front of them")
+
+def walled(command: str, rules: int, group: list) -> list:
+    """bash on `command` inside the wall, in cgroup `group`, its socket filter on fd `rules`."""
+    wall = [*WALL, "--share-net"] if network_on() else [*WALL]
+    for _, options in sorted(mounts(), key=lambda mount: len(mount[0].parts)):
+        wall += options  # outermost first: a mount covers what is under it
+    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    wall += ["--seccomp", str(rules), "--setenv", "PATH", path, "--chdir", str(WORKDIR.resolve())]
+    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
+    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
+    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
+    in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    return [*in_group, *wall, "--", "bash", "-c", f"{limits}\n{command}"]
+
+def mounts() -> list:
+    """(where, bwrap's options) for each mount over the read-only system, in no order."""
+    home, workspace = Path.home(), WORKDIR.resolve()
+    found = [(home, ["--size", str(MAX_FILE), "--tmpfs", str(home)]),
+             (workspace, ["--bind", str(workspace), str(workspace)])]
+    # Of the home folder, PATH's folders come back (not the tool folders around them: tokens).
+    on_path = [Path(folder) for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
+    programs = [folder for folder in on_path if folder.is_relative_to(home) and folder != home]
+    kept = [*programs, Path(os.path.realpath("/etc/resolv.conf")), HERE, *pythons()]
+    gits, env_files = gits_and_secrets(workspace)
+    found += [(path, ["--ro-bind-try", str(path), str(path)]) for path in [*kept, *gits]]
+    masked = [file for file in [*env_files, HERE / ".env"] if file.is_file()]
+    return found + [(file, ["--ro-bind", "/dev/null", str(file)]) for file in masked]
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+
+def gits_and_secrets(workspace: Path) -> tuple:
+    """Every .git and .env file in the workspace, at any depth (skipping only inside a .git)."""
+    gits, env_files = [], []
+    for folder, subfolders, files in os.walk(workspace):
+        gits += [Path(folder, name) for name in [*subfolders, *files] if name == ".git"]
+        env_files += [Path(folder, name) for name in files if is_secret(name)]
+        subfolders[:] = [name for name in subfolders if name != ".git"]
+    return gits, env_files
+
+def is_secret(name: str) -> bool:
+    """A .env file (.env, .env.local, .envrc) keeps keys; .env.example is meant to be shared."""
+    return name.startswith(".env") and name != ".env.example"
+
+def socket_filter() -> bytes:
+    """A seccomp program (classic BPF) that refuses socket(AF_UNIX); socketpair() stays allowed."""
+    arch, socket_call = SOCKET_CALLS[platform.machine()]
+    load, equal, at_least, answer = 0x20, 0x15, 0x35, 0x06  # BPF: ld [k], jeq k, jge k, ret k
+    allow, refuse, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
+    program = [  # (code, lines skipped if true, if false, k)
+        (load, 0, 0, 4),  # 0: the architecture the call was made for
+        (equal, 1, 0, arch),  # 1: ours: on to 3
+        (answer, 0, 0, kill),  # 2: 32-bit code, whose calls have other numbers: end the process
+        (load, 0, 0, 0),  # 3: the number of the system call
+        (at_least, 5, 0, 0x40000000),  # 4: an x32 call (x86_64 only): refused (10)
+        (equal, 4, 0, 425),  # 5: io_uring_setup (io_uring makes sockets without a call): 10
+        (equal, 0, 2, socket_call),  # 6: not socket(): allowed (9)
+        (load, 0, 0, 16),  # 7: its first argument, the family (its low half: little-endian)
+        (equal, 1, 0, socket.AF_UNIX),  # 8: a Unix socket: refused (10)
+        (answer, 0, 0, allow),  # 9
+        (answer, 0, 0, refuse),  # 10
+    ]
+    return b"".join(struct.pack("HBBI", *line) for line in program)
+
+def make_group() -> list:
+    """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
+    Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
+    limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
+              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
+    parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
+    name = f"coding-agent-{os.getpid()}-{os.urandom(4).hex()}"
+    group, limited = [Path(parent, name) for parent in parents or ["/sys/fs/cgroup"]], set()
+    with contextlib.suppress(OSError):  # not allowed here: then no cgroup
+        for folder in group:
+            folder.mkdir()
+            for limit, value in limits.items():
+                if (folder / limit).exists():
+                    (folder / limit).write_text(str(value))
+                    limited.add(limit.split(".")[0])
+    if limited == {"pids", "memory"}:
+        return group
+    remove_group(group)
+    return []
+
+def remove_group(group: list) -> None:
+    """Kill what is left in the command's cgroup (even what left its process group); remove it."""
+    for folder in group:
+        deadline = time.monotonic() + 5  # a killed process takes a moment to leave
+        while folder.exists() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):  # gone already; or the cgroup is not empty yet
+                for pid in (folder / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+                folder.rmdir()
+                continue
+            time.sleep(0.01)
+
+def limits_met(group: list) -> list:
+    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
+    memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
+                "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
+    met = []
+    for folder in group:
+        for name, (key, limit) in counters.items():
+            with contextlib.suppress(OSError):  # each version has some of these files
+                counts = dict(line.split() for line in (folder / name).read_text().splitlines())
+                if counts.get(key, "0") != "0":
+                    met.append(limit)
+    return met
+
+def check_door(file: Path, writing: bool) -> None:
+    """The file tools keep the wall's promises: no write in a .git, the agent's folder or Python."""
+    in_git = ".git" in file.relative_to(WORKDIR.resolve()).parts
+    read_only = [HERE, *pythons()]
+    if writing and (in_git or any(file.is_relative_to(folder) for folder in read_only)):
+        raise PermissionError(f"{file.name} is read-only: the history, the agent's own files and "
+                              "its Python are the user's")
+    if is_secret(file.name):
+        raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
+
 
 def sandbox_off() -> bool:
     return os.environ.get("SANDBOX", "").lower() == "off"
@@ -126,8 +244,9 @@ def network_on() -> bool:
 
 @functools.cache
 def bwrap_problem() -> str | None:
-    """Try bubblewrap once: is it installed, and can it start here (not on macOS, nor in every
-    container)? None when it can."""
+    """Why the wall cannot go up here (no bubblewrap, macOS, some containers), or None."""
+    if platform.machine() not in SOCKET_CALLS:
+        return f"the wall has no socket filter for {platform.machine()} machines"
     try:
         probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
     except OSError as error:
@@ -136,102 +255,8 @@ def bwrap_problem() -> str | None:
         return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
     return None
 
-def walled(command: str) -> list:
-    """bash running `command` inside the wall. Order matters: each mount covers those before it."""
-    workspace, home = str(WORKDIR.resolve()), os.path.expanduser("~")
-    wall = [*WALL, "--share-net"] if network_on() else [*WALL]
-    wall += ["--size", str(MAX_FILE), "--tmpfs", home]  # the home folder is hidden...
-    for folder in bound_back(home):  # ...but for what programs need
-        wall += ["--ro-bind-try", folder, folder]
-    resolver = os.path.realpath("/etc/resolv.conf")  # under /run on some systems
-    wall += ["--ro-bind-try", resolver, resolver, "--bind", workspace, workspace]
-    for path in protected_paths():
-        wall += ["--ro-bind-try", str(path), str(path)]
-    from dotenv import find_dotenv
-    for env_file in {find_dotenv(), *map(str, WORKDIR.resolve().glob(".env*"))}:
-        wall += ["--ro-bind", "/dev/null", env_file] if os.path.isfile(env_file) else []
-    group = process_group()
-    in_group = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', group] if group else []
-    return [*in_group, *wall, "--chdir", workspace, "--", "bash", "-c", f"{LIMITS}\n{command}"]
+# -- fence 2: every file path stays inside the workspace ------------------------------------
 
-def bound_back(home: str) -> list:
-    """What the hidden home folder keeps: ~/.gitconfig, and the folders of the programs on PATH.
-    A tool's own hidden folder is kept whole (pyenv needs ~/.pyenv, not just its bin/), unless it
-    holds secrets too (~/.config, ~/.local ...). Elsewhere (~/projects/app/.venv/bin) only the
-    folder around bin/ is kept: the rest of ~/projects holds other projects' secrets."""
-    folders = [os.path.join(home, ".gitconfig")]
-    for folder in map(os.path.normpath, os.environ.get("PATH", "").split(os.pathsep)):
-        if not folder.startswith(home + os.sep):
-            continue
-        top = os.path.join(home, folder[len(home) + 1:].split(os.sep)[0])
-        if os.path.basename(top).startswith(".") and os.path.basename(top) not in SECRET_HOMES:
-            folders.append(top)
-        elif os.path.basename(folder) == "bin" and os.path.dirname(folder) not in (home, top):
-            folders.append(os.path.dirname(folder))  # a virtual environment, say
-        else:
-            folders.append(folder)
-    return folders
-
-def protected_paths() -> list:
-    """What runs, or is read as settings, later and outside the wall: RUNS_LATER in the
-    workspace, the stage's own file, and the Python it runs on (a venv's .pth files run too)."""
-    workspace = WORKDIR.resolve()
-    return [*(workspace / name for name in RUNS_LATER), Path(__file__).resolve(),
-            Path(sys.prefix).resolve()]
-
-@functools.cache
-def process_group() -> str | None:
-    """A cgroup that holds commands to MAX_PROCESSES processes, where one can be made: for root,
-    whom `ulimit -u` does not bind. Every agent on the machine shares it. None elsewhere."""
-    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        group = Path(root, "coding-agent")
-        try:
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(MAX_PROCESSES))
-            return str(group)
-        except OSError:  # not allowed, or no pids controller here
-            continue
-    return None
-
-def identities() -> dict:
-    """What .git and each RUNS_LATER path are right now: (device, inode), or None."""
-    found = {}
-    for name in [".git", *RUNS_LATER]:
-        try:
-            found[name] = (os.lstat(WORKDIR / name).st_dev, os.lstat(WORKDIR / name).st_ino)
-        except OSError:
-            found[name] = None
-    return found
-
-def remove_planted(before: dict) -> list:
-    """Remove what a command put in the place of .git or of a RUNS_LATER path: renaming the folder
-    above one gets past its read-only mount. A new repository (git init) keeps its own .git."""
-    after, report = identities(), []
-    for name in [".git", *RUNS_LATER]:
-        path, git = WORKDIR / name, WORKDIR / ".git"
-        unchanged = after[name] in (None, before[name]) or not os.path.lexists(path)
-        git_init = name.startswith(".git") and before[".git"] is None and git.is_dir()
-        if unchanged or git_init and not git.is_symlink():
-            continue
-        try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            report.append(f"removed {name}")
-        except (OSError, RecursionError) as error:
-            report.append(f"could not remove {name} ({type(error).__name__})")
-    return report
-
-def check_door(file: Path, writing: bool) -> None:
-    """The file tools keep the wall's doors too: what runs later is not written, a .env not read."""
-    if writing and any(file == path or file.is_relative_to(path) for path in protected_paths()):
-        raise PermissionError(f"{file.name} runs or is read later, outside the wall; ask the user")
-    if file.name.startswith(".env"):
-        raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
-
-
-# -- fence 1: every file path stays inside the workspace --------------------------
 
 def safe_path(path: str) -> Path:
     """Resolve a model-supplied path inside WORKDIR, or raise ValueError.
@@ -251,40 +276,32 @@ def safe_path(path: str) -> Path:
     return target
 
 
-# -- fence 2: a speed bump that explains -----------------------------------------
-# check_command splits a command line into words as Python's shlex does and judges each simple
-# command by its program and arguments: words, never substrings, so `grep -rn sudo .` is fine.
-# What it cannot read it refuses, saying what to write instead. The wall (fence 3) is the boundary.
+# -- fence 3: the filter, a speed bump that explains -----------------------------------------
+# check_command reads a command line as bash does, into simple commands of words, and judges each
+# by its program and arguments: words, never substrings, never the code given to python -c or awk.
+# Code given to a shell (bash -c, eval, $(...)) is a command line, judged as one. Nothing is run or
+# expanded: ~ and $HOME are the home folder by their spelling. What it cannot read for certain, it
+# leaves to the wall. How it reads bash is machinery (read_bash), below the marked line.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
-    **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred"], "erases a disk"),
-    **dict.fromkeys(["fdisk", "sfdisk", "gdisk", "sgdisk", "parted"], "repartitions a disk"),
-    "function": "defines a function (a fork bomb is one); write a script file instead",
-    "alias": "defines an alias, which hides what a later command runs; write commands out",
-}
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}
-INTERPRETERS = {"python": "c", "node": "ep", "nodejs": "ep", "perl": "eE", "ruby": "e", "php": "r",
-                "awk": "", "gawk": ""}  # -> the letters of their inline-code options (awk: none)
-STARTS_PROGRAMS = re.compile(  # calls that start other programs, in the interpreters' languages
-    r"\b(os\.(system|popen|exec\w*|spawn\w*|posix_spawn\w*|fork)|subprocess|child_process|pty"
-    r"|Open3|shell_exec|passthru|proc_open|pcntl_exec|readpipe)\b"
-    r"|(?<![\w./$])(system|exec|spawn|popen|fork)\b|%x[({\[]")
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "coproc"}
-WRAPPERS = {  # they run the command after their options -> the options that take a value
-    "env": {"-u"}, "time": {"-f", "-o"}, "nice": {"-n"}, "timeout": {"-s", "-k"}, "exec": {"-a"},
-    "xargs": {"-I", "-n", "-P", "-L", "-d", "-a"}, "nohup": set(), "setsid": set(),
-    "command": {"-v", "-V"},  # `command -v NAME` only asks where NAME is: it takes NAME as a value
-}
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "opt", "proc", "root", "sbin", "sys",
-               "usr", "var", "Users", "System", "Library"}
+    **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred", "fdisk", "sfdisk",
+                     "parted"], "erases or repartitions a disk"),
+    "function": "defines a function (a fork bomb is one); write a script file and run that"}
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
+INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
+INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
+WRAPPERS = {"env", "nice", "nohup", "timeout", "time", "exec", "xargs", "setsid", "command"}
+VALUE_OPTIONS = {"-u", "-C", "-n", "-s", "-k", "-f", "-o", "-a", "-I", "-P", "-L", "-d", "-v"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
+               "srv", "sys", "usr", "var", "Users", "System", "Library"}
 DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
            "/dev/fd/2"}  # devices it is fine to write to
-FIND_NO_TESTS = {"-delete", "-depth", "-mindepth", "-maxdepth", "-xdev", "-mount"}  # find . -delete
 POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"}  # init 0
-MAX_LENGTH = 10_000  # characters: a longer command belongs in a file
-MAX_DEPTH = 8  # shells, evals and $(...) inside each other; real commands need two or three
+RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
+MAX_LENGTH, MAX_DEPTH = 10_000, 8  # a longer command belongs in a file; real ones nest 2 or 3 deep
 
 def check_command(command: str, depth: int = 0) -> str | None:
     """Why this command line must not run, or None. A pure function: it never runs anything."""
@@ -293,256 +310,112 @@ def check_command(command: str, depth: int = 0) -> str | None:
     if depth > MAX_DEPTH:
         return f"it nests shells, evals or $(...) more than {MAX_DEPTH} levels deep"
     try:
-        for words, writes in split_commands(command):
-            reason = check_writes(writes) or check_words(unwrap(words), depth)
-            if reason:
-                return reason
+        text, substitutions, _ = read_bash(command, 0, depth)
+        reasons = [check_command(code, depth + 1) for code in substitutions]  # $(...) runs too
+        reasons += [check_words(unwrap(words), piped, depth) or check_writes(writes)
+                    for words, writes, piped in split_commands(text)]
+        return next(filter(None, reasons), None)
     except ValueError as unreadable:
-        return f"the filter cannot read this command: {unreadable}"
-    return None
+        return f"the filter cannot read this command ({unreadable}); write it plainly or in a file"
 
-def check_words(words: list, depth: int) -> str | None:
+def check_words(words: list, piped: bool, depth: int) -> str | None:
     """Judge one simple command by its program, and by the rule for that program if there is one."""
-    if not words:
-        return None
-    program, args = words[0].rsplit("/", 1)[-1].lower(), words[1:]
-    if "$" in program or "{" in program:
-        raise ValueError(f"the program {program} is only known when it runs; write it out")
-    if program in REFUSED_PROGRAMS or program.startswith("mkfs."):
-        return f"{program} {REFUSED_PROGRAMS.get(program, 'formats a disk')}"
-    if program in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
+    program, args = (words or [""])[0], words[1:]
+    name = program.rsplit("/", 1)[-1].lower()  # /usr/bin/sudo is sudo; SUDO is sudo on a Mac
+    script = operands(args)[:1]  # bash FILE, python FILE
+    if RUN_TIME in program or name in SHELLS and RUN_TIME in "".join(script):
+        return "it runs the output of a command as code; save that to a file and read it first"
+    spelled = re.sub(r"\$\{?\w+\}?", "", name)  # "$PYTHON" -m pytest names a program: fine
+    if program not in ("[", "[[") and set(spelled) & set("*?[]{}\\"):
+        return f"only bash can say which program {program} is; write its name plainly"
+    if name in REFUSED_PROGRAMS or name.startswith("mkfs"):
+        return f"{name} {REFUSED_PROGRAMS.get(name, 'formats a disk')}"
+    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
         return check_command(" ".join(operands(args)), depth + 1)
-    program = re.sub(r"^(python|pypy)[0-9.]*$", "python", program)  # python3.12 is python
-    if program in SHELLS or program in INTERPRETERS:
-        return check_code(program, args, depth)
-    return RULES[program](args) if program in RULES else None
+    dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
+    if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
+        return check_command(" ".join(operands(args[dash_c[0] + 1:])[:1]), depth + 1)
+    runs_code = name in SHELLS or piped and name.rstrip("0123456789.") in INTERPRETERS
+    from_input = not script or script[0] in ("-", "/dev/stdin") or name in SHELLS and "-s" in args
+    inline = name not in SHELLS and any(arg.startswith(INLINE_CODE) for arg in args)
+    asks = not script and {"--version", "--help"} & set(args)  # bash --version reads no code
+    if runs_code and from_input and not inline and not asks:
+        return f"{name} reads code from its input; save it with write_file, read it, run the file"
+    return check_arguments(name, args)
 
-def check_code(program: str, args: list, depth: int) -> str | None:
-    """A shell or an interpreter runs code: judge the code on its command line. Code it would read
-    from standard input (a pipe, a heredoc, <(...)) the filter cannot see, so that is refused."""
-    code = inline_code(program, args)
-    if code is not None and code.startswith("$") and program not in ("awk", "gawk"):  # $1: a field
-        raise ValueError(f"{program} runs {code}, which is only known when it runs")
-    if code is not None and program in SHELLS:  # from a $(...) on, it was judged as an eval already
-        return check_command(code.partition("$(")[0], depth + 1)
-    found = STARTS_PROGRAMS.search(code) if code is not None else None
-    if found:
-        return f"{program}'s inline code starts other programs ({found[0]}); run them with bash"
-    if code is not None:
-        return None
-    options, script = [arg for arg in args if arg[:1] in "-+"], operands(args)[:1]
-    if script and script[0].startswith("$"):
-        raise ValueError(f"{program} runs {script[0]}, which is only known when it runs")
-    asks_version = {"--version", "--help", "-V"} | (set() if program in SHELLS else {"-v"})
-    if not script and asks_version & set(args) or any(arg.startswith("-m") for arg in options):
-        return None  # node -v, python -m json.tool: no code to read
-    if not script or script[0] in ("-", "/dev/stdin") or program in SHELLS and "-s" in options:
-        return (f"{program} reads its code from standard input, which the filter cannot see; write "
-                "the code to a file with write_file, then run the file")
-    return None  # a script file: the wall is what confines it
-
-def inline_code(program: str, args: list) -> str | None:
-    """The code given on the command line: bash -c CODE, python -c CODE, node -e CODE, perl -e
-    CODE (or glued to its option: -c"CODE"), an awk program. None when there is none."""
-    letters = "c" if program in SHELLS else INTERPRETERS[program]
-    for i, arg in enumerate(args):
-        short = arg[:1] in "-+" and arg[1:2] != "-" and set(arg[1:]) & set(letters)
-        if short or arg.split("=")[0] in ("--eval", "--print"):
-            after = operands(args[i + 1:])
-            return after[0] if after else arg[2:]
-    if program in ("awk", "gawk"):
-        return next(iter(operands(args)), "")
-    return None
+def check_arguments(name: str, args: list) -> str | None:
+    """The rules for programs whose arguments decide: what they delete, change, write or stop."""
+    paths = operands(args)
+    flags = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")  # -rf -R
+    recursive = "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
+    if name == "rm":  # rm -r deletes anything but what is inside the workspace
+        harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive else {SYSTEM, HOME}
+        return check_paths("it deletes", paths, harmful)
+    if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
+        args = list(itertools.dropwhile(lambda arg: arg in ("-H", "-L", "-P"), args))  # find -L /
+        starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args))
+        return check_paths("find acts on", starts or ["."], {SYSTEM, HOME, OUTSIDE})
+    if name in ("chmod", "chown", "chgrp"):  # [-R] MODE PATH...
+        return check_paths("it changes", paths[1:], {SYSTEM, HOME} if recursive else {SYSTEM})
+    if name == "kill":  # kill -9 -1 signals every process; kill -1 PID sends signal 1 to PID
+        signal_words = 2 if args[:1] in (["-s"], ["-n"]) else 1  # -9, -KILL, -1 (HUP), -s KILL
+        pids = args[signal_words:] if args[:1] and args[0].startswith("-") else args
+        if {"-1", "1"} & {pid.strip() for pid in pids if pid != "--"}:
+            return "kill -1 signals every process, and kill 1 the first; name the process"
+    if name in ("init", "telinit", "systemctl", "loginctl") and POWER & set(args):
+        return "it turns the machine off, or suspends it"
+    in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
+    written = {"tee": paths, "truncate": paths, "mv": paths, "cp": paths[-1:], "ln": paths[-1:],
+               "sed": paths if in_place else [], "perl": paths if in_place else [],
+               "dd": [arg[3:] for arg in args if arg.startswith("of=")]}
+    return check_writes(written.get(name, []))
 
 def unwrap(words: list) -> list:
-    """The command that really runs, without VAR=value, keywords, and wrappers and their options.
-    What xargs runs gets one more argument, known only at run time: the input xargs adds."""
-    i, added = 0, []
-    while i < len(words) and (words[i] in KEYWORDS or words[i] in WRAPPERS
-                              or re.match(r"[A-Za-z_]\w*=", words[i])):
+    """The command that really runs, without VAR=value, keywords, and wrappers and their options."""
+    i = 0
+    while i < len(words) and (words[i] in KEYWORDS | WRAPPERS or re.match(r"\w+\+?=", words[i])):
         wrapper, i = words[i], i + 1
         while wrapper in WRAPPERS and i < len(words) and words[i][:1] == "-":
-            i += 2 if words[i] in WRAPPERS[wrapper] else 1  # an option that takes a value
+            i += 2 if words[i] in VALUE_OPTIONS else 1  # nice -n 5, env -u NAME, xargs -I {}
         if wrapper == "timeout":
             i += 1  # the duration
-        if wrapper == "xargs":
-            added = ["$input"]
-    command = words[i:]
-    if added and not command:
-        command = ["echo"]  # xargs alone runs echo
-    return command + added
+    return words[i:]
 
 def operands(args: list) -> list:
     """The arguments that are not options (-rf, --force); after `--`, all of them."""
     cut = args.index("--") if "--" in args else len(args)
     return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
 
-PLACES = INSIDE, WORKSPACE, OUTSIDE, UNKNOWN, SYSTEM = (  # where a path leads, harmless first
-    "inside", "the whole workspace", "files outside the workspace", "files known only at run time",
-    "system files")
+PLACES = INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM = (  # where a path leads, harmless first
+    "inside", "known when it runs", "outside the workspace", "the whole workspace",
+    "the home folder", "system files")
 
 def place(word: str) -> str:
-    """Where a path argument leads, from its spelling alone (links on disk are the wall's business).
-    A last part `*` or `.*` stands for its folder; {a,b} for the worse of a and b."""
-    word = os.path.expanduser(word).rstrip("/") or "/"  # build/ is build; */ is *
-    before, brace, rest = word.partition("{")
-    inside, _, after = rest.partition("}")
-    if brace and "," in inside and "{" not in after and inside.count(",") < 50:
-        return max((place(before + part + after) for part in inside.split(",")), key=PLACES.index)
-    if brace and "," in inside or any(char in word for char in "$`") or word.startswith("~"):
+    """Where a path leads, from its spelling alone (links on disk are the wall's business)."""
+    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
+        return HOME
+    if word.startswith("$") or RUN_TIME in word:
         return UNKNOWN
-    folder, _, last = word.rpartition("/")
+    last = word.rstrip("/").rsplit("/", 1)[-1]
+    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
     workspace = os.path.normpath(WORKDIR)
-    path = os.path.normpath(os.path.join(workspace, folder + "/" if last in ("*", ".*") else word))
-    path = "/" + path.lstrip("/")  # normpath keeps the // of //etc
+    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
     if path == workspace:
         return WORKSPACE
     if path.startswith(workspace + "/"):
         return INSIDE
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
-def check_writes(targets: list) -> str | None:
-    """Why writing to these must not happen: devices and system files."""
-    for target in targets:
-        if place(target) == SYSTEM and os.path.normpath(target) not in DEVICES:
-            return f"writes to {target}, a device or system file"
-    return None
+def check_paths(verb: str, paths: list, harmful: set) -> str | None:
+    """Why this must not happen to these paths: the first that leads to a harmful place."""
+    harmed = [path for path in paths if place(path) in harmful]
+    return f"{verb} {harmed[0]}, which is {place(harmed[0])}" if harmed else None
 
-def check_rm(args: list) -> str | None:
-    options = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
-    recursive = "r" in options.lower() or any(arg.startswith("--r") for arg in args)
-    for target in operands(args):
-        where = place(target)
-        if where == SYSTEM or recursive and where != INSIDE:
-            return f"rm {target} deletes {where}"
-        if recursive and os.path.basename(os.path.normpath(target)) == ".git":
-            return f"rm {target} deletes the repository's history"
-    return None
+def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, dd of=FILE...
+    written = [target for target in targets if os.path.normpath(target) not in DEVICES]
+    return check_paths("it writes to", written, {SYSTEM, HOME})
 
-def check_find(args: list) -> str | None:  # what -exec runs is judged as a command of its own
-    starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args)) or ["."]
-    places = {place(start) for start in starts}
-    acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args)
-    if acts and places - {INSIDE, WORKSPACE}:
-        return f"find {' '.join(starts)} deletes or runs commands outside the workspace"
-    tests = [arg for arg in args[len(starts):] if arg[:1] == "-" and arg not in FIND_NO_TESTS]
-    if "-delete" in args and WORKSPACE in places and not tests:
-        return "find -delete with no test deletes the whole workspace; add a test such as -name"
-    return None
-
-def check_owner_or_mode(args: list) -> str | None:  # chmod, chown, chgrp [-R] MODE_OR_OWNER PATH...
-    places = {place(path) for path in operands(args)[1:]}
-    recursive = "-R" in args or "--recursive" in args
-    if SYSTEM in places or recursive and UNKNOWN in places:
-        return "changes owners or modes of system files, or recursively where it cannot tell"
-    return None
-
-def check_power(args: list) -> str | None:  # init 0, systemctl poweroff, loginctl suspend
-    return "turns the machine off, or suspends it" if POWER & set(args) else None
-
-def check_in_place_edit(args: list) -> str | None:  # sed -i, perl -i: they write their files
-    if any(arg.startswith(("-i", "--in-place")) or arg[:1] == "-" and "i" in arg for arg in args):
-        return check_writes(operands(args))
-    return None
-
-RULES = {  # program -> a function of its arguments that says why not, or None
-    "rm": check_rm, "find": check_find, "sed": check_in_place_edit,
-    **dict.fromkeys(["chmod", "chown", "chgrp"], check_owner_or_mode),
-    "kill": lambda args: "kills every process" if {"-1", "1"} & set(map(str.strip, args)) else None,
-    **dict.fromkeys(["init", "telinit", "systemctl", "loginctl"], check_power),
-    "dd": lambda args: check_writes([arg[3:] for arg in args if arg.startswith("of=")]),
-    **dict.fromkeys(["tee", "truncate", "mv"], lambda args: check_writes(operands(args))),
-    **dict.fromkeys(["cp", "ln", "install"], lambda args: check_writes(operands(args)[-1:])),
-}
-
-# Reading a command line: the machinery under check_command, safe to skip on a first reading.
-# All the rules need is that split_commands("echo ok; sudo ls") gives two simple commands.
-
-OPERATORS = re.compile(r"<<<|<<|>>|&>>|&>|>&|<&|>\||[<>]\(|&&|\|\||;;|\|&|[;&|()<>\n]")
-REDIRECTS = {"<", "<<<", "<&", ">", ">>", ">|", "&>", "&>>", ">&"}  # a file name follows
-ARITHMETIC = re.compile(r"(?<!\\)\$?\(\([\w \t+\-*/%<>=!,?:^~&|$;\[\]]*\)\)")  # $((1 + $x))
-HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_]\w*)\2(?![\w'\"])")  # <<'EOF'
-
-def split_commands(line: str) -> list:
-    """The simple commands of a command line, each (words, files it writes to). Operators such as
-    ; | && ( ) and newlines separate them; so do { } and find's -exec."""
-    if "$'" in line:
-        raise ValueError("$'...' quotes differ in bash; write the text in plain quotes")
-    line = re.sub(r"`([^`]*)`", r"$(\1)", line.replace("\\\n", ""))  # `...` is $(...); \ joins
-    line = cut_heredocs(ARITHMETIC.sub("0", line))  # arithmetic runs nothing
-    commands, outer, words, writes, redirect = [], [], [], [], None
-    for token in lexer(line):
-        if "$(" in token:  # in quotes: it runs the same
-            commands.append((["eval", token[token.index("$(") + 2:]], []))
-        if token in ("{", "}", "-exec", "-execdir", "-ok", "-okdir"):  # a command starts after it
-            if token.startswith("-"):
-                words.append(token)  # find needs to know that it runs a command
-            commands.append((words, writes))
-            words, writes = [], []
-            continue
-        if token.strip(";&|()<>\n") or not token:  # a word ('' is one too)
-            if not redirect:
-                words.append(token)
-            elif ">" in redirect:
-                writes.append(token)
-            redirect = None
-            continue
-        for op in OPERATORS.findall(token):
-            if op == "<<":
-                raise ValueError("it has a heredoc the filter cannot read; use write_file")
-            if op == "(" and len(words) == 1 and not words[0].endswith(("$", "=")):  # name (
-                raise ValueError(REFUSED_PROGRAMS["function"])
-            if op in REDIRECTS and words and words[-1].isdigit():
-                words.pop()  # the 2 of 2>&1 names a file descriptor
-            if op in REDIRECTS:
-                redirect = op
-            elif op.endswith("("):  # $( ... ), <( ... ): the words around them are one command
-                outer.append((words, writes))
-                words, writes = [], []
-            elif op == ")" and outer:
-                commands.append((words, writes))
-                words, writes = outer.pop()
-            elif words or writes:
-                commands.append((words, writes))
-                words, writes = [], []
-    found = [*commands, (words, writes), *outer]
-    return [(words, writes) for words, writes in found if words or writes]
-
-def cut_heredocs(line: str) -> str:
-    """Heredoc bodies are input, not commands: cut each one out, leaving a here-string (<<<) in its
-    place. A << in quotes ends the search: the quoted $(...) around it is read again on its own."""
-    kept, start = [], 0
-    found = HEREDOC.search(line)
-    while found:
-        end_of_line = (line + "\n").index("\n", found.end())
-        try:
-            operators = list(lexer(line[start:end_of_line], comments=True)).count("<<")
-        except ValueError:  # an open quote: the << is inside it
-            break
-        if operators != 1:
-            raise ValueError("it has << in a comment, or two heredocs on one line")
-        tabs = "\t*" if found[1] else ""
-        end = re.compile(f"^{tabs}{found[3]}$", re.MULTILINE).search(line, end_of_line + 1)
-        if not end:
-            raise ValueError(f"the heredoc <<{found[3]} has no end line")
-        if not found[2] and re.search(r"\$\(|`", line[end_of_line:end.start()]):
-            raise ValueError("the heredoc runs $(...) or `...`; write <<'EOF' if it should not")
-        kept.append(line[start:found.start()] + "<<< ''" + line[found.end():end_of_line + 1])
-        start = end.end()
-        found = HEREDOC.search(line, start)
-    return "".join(kept) + line[start:]
-
-def lexer(line: str, comments: bool = False) -> shlex.shlex:
-    """Words as bash quotes them (shlex, posix); operators and newlines are tokens of their own.
-    In bash a # starts a comment only at the start of a word, and not inside ${...}; shlex cuts
-    words at any #, so comments are read only where every # follows a blank, and no ${ is near."""
-    words = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>\n")
-    words.whitespace, words.whitespace_split = " \t", True
-    words.commenters = "#" if comments or not re.search(r"[^ \t\n]#|\$[{\[]", line) else ""
-    return words
-
-
-# -- fence 4: a bash tool that cannot be wedged ------------------------------------
+# -- fence 4: a bash tool that cannot be wedged --------------------------------------------
 
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
              "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION"}
@@ -554,28 +427,23 @@ def command_env() -> dict:
             if name in PASSED_ON or name.startswith("LC_")}
 
 def read_output(process) -> tuple:
-    """Read the command's output until it ends, passes MAX_OUTPUT, or time runs out: (bytes, why
-    it was stopped, or None). The shell's exit ends the read even if a background child still
-    holds the pipe open."""
+    """The command's output, read until it ends, passes MAX_OUTPUT or time runs out, and why it
+    was stopped (or None). The shell's end ends it, though a child in the background holds on."""
     deadline = time.monotonic() + BASH_TIMEOUT
-    chunks, size = [], 0
-    while time.monotonic() < deadline:
+    data = b""
+    while time.monotonic() < deadline and len(data) <= MAX_OUTPUT:
         ready, _, _ = select.select([process.stdout], [], [], 0.05)
         chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_OUTPUT:  # never hold much more than the model will see
-            return b"".join(chunks), f"output passed {MAX_OUTPUT:,} characters"
-        if ready and not chunk:  # end of output: now wait for the shell itself
-            try:
-                process.wait(timeout=max(deadline - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                break
-            return b"".join(chunks), None
-        if not ready and process.poll() is not None:
-            return b"".join(chunks), None
-    return b"".join(chunks), f"timed out after {BASH_TIMEOUT}s"
-
+        data += chunk
+        if ready and not chunk or not ready and process.poll() is not None:
+            break  # the output ended, or the shell did
+    if len(data) > MAX_OUTPUT:  # never hold much more than the model will see
+        return data, f"output passed {MAX_OUTPUT:,} characters"
+    try:
+        process.wait(timeout=max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return data, f"timed out after {BASH_TIMEOUT}s"
+    return data, None
 
 # -- from s02: file tools, each a plain function that the model calls by name ---------------------
 
@@ -765,7 +633,8 @@ def system_prompt() -> str:
     return valid_utf8(
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
         "and change files, then answer briefly. Commands run in a sandbox, where "
-        f"the network is {network}."
+        f"the network is {network}. The repository's history is the user's: .git is "
+        "read-only, so you cannot stage or commit; git status, diff and log work."
     )
 
 class TurnFailed(Exception):
@@ -801,33 +670,36 @@ def run_bash(command: str) -> str:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
     if not sandbox_off() and bwrap_problem():
         raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    before, removed = identities(), []
-    process = subprocess.Popen(
-        ["bash", "-c", command] if sandbox_off() else walled(command),
-        cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    group = [] if sandbox_off() else make_group()
+    process = None
     try:
+        with tempfile.TemporaryFile() as rules:  # bwrap reads the socket filter from this file
+            argv = ["bash", "-c", command]
+            if not sandbox_off():
+                rules.write(socket_filter())
+                rules.seek(0)
+                argv = walled(command, rules.fileno(), group)
+            process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(),
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       pass_fds=[rules.fileno()])
         data, stopped = read_output(process)
-        exit_code = process.poll()
-    finally:  # kill the whole process group: nothing the command started outlives the call
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        process.stdout.close()
-        removed = [] if sandbox_off() else remove_planted(before)  # even after Ctrl-C
+        met = limits_met(group)  # before the cgroup goes
+    finally:  # kill the process group, then the cgroup: nothing the command started outlives it
+        if process:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+        remove_group(group)
     output = cap(data.decode(errors="replace"))
     if stopped:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
-    elif exit_code:
-        output += f"\n(exit code {exit_code})"
-    met = [limit for sign, limit in LIMIT_SIGNS.items() if sign in output]
-    if met and (stopped or exit_code) and not sandbox_off():
-        output += f"\n(the command met the wall's limit of {' and '.join(dict.fromkeys(met))})"
-    if removed:
-        output += f"\n({'; '.join(removed)}: the command put it there, and it would run later)"
+    elif process.returncode:
+        output += f"\n(exit code {process.returncode})"
+    if met and (stopped or process.returncode):
+        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
     return output or "(no output)"
-
 
 TOOL_HANDLERS = {
     "bash": run_bash,
@@ -847,6 +719,142 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
+# -- reading a command line as bash does, for the filter (fence 3) ------------------------------
+# read_bash("echo $(date) > x", 0, 0) gives the text f"echo {RUN_TIME} > x" and the code ["date"]:
+# shlex then splits the text into words and operators, and split_commands into simple commands.
+
+ANSI_C = re.compile(r"\$'((\\.|[^\\'])*)'", re.DOTALL)  # $'...', where \' does not end it
+HEREDOC = re.compile(r"(-?)[ \t]*([^ \t\n;&|()<>]*)")  # what follows <<: -EOF, 'EOF', E"O"F
+WORD_BREAKS = set(" \t\n;&|()<>")  # a word starts after one of these; # there starts a comment
+OPERATORS = re.compile(r"&>>|&>|>>|>&|<&|>\||<<<|<<|&&|\|\||;;|\|&|[;&|()<>\n]")  # longest first
+
+def read_bash(line: str, i: int, depth: int, closer: str = "", mode: str = "code") -> tuple:
+    """Read line from i as bash does, up to closer: ")" ends a $(...), "`" a `...`, "))" a $((...)).
+    Returns the text for shlex (RUN_TIME in place of each $(...), `...` and <(...); no comments, no
+    heredoc bodies), the code of each $(...), and where it stopped. mode "math" reads a $((...)),
+    "heredoc" the body of a heredoc: in both, nothing but a $(...) runs."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests $(...) more than {MAX_DEPTH} levels deep")
+    out, substitutions, heredocs, quoted, parens, braces = [], [], [], mode == "heredoc", 0, 0
+    while i < len(line):
+        char, two = line[i], line[i:i + 2]
+        in_code = mode == "code" and not quoted and braces == 0  # where # and << mean something
+        if char == closer[:1] and not quoted and parens == 0:
+            if heredocs or closer == "))" and two != "))":
+                raise ValueError(f"what opens before its {closer} is not closed")
+            return "".join(out), substitutions, i + len(closer)
+        if line.startswith("$((", i) or two == "((" and in_code:  # arithmetic runs nothing...
+            _, inner, i = read_bash(line, i + (3 if char == "$" else 2), depth + 1, "))", "math")
+            substitutions += inner  # ...but a $(...) in it does
+            out.append("0")
+        elif two == "$(" or char == "`" or two in ("<(", ">(") and in_code:
+            start = i + 1 if char == "`" else i + 2
+            _, _, i = read_bash(line, start, depth + 1, "`" if char == "`" else ")")
+            substitutions.append(line[start:i - 1])
+            out.append(RUN_TIME)
+        elif char == "\\":
+            if two != "\\\n":  # a backslash before a newline joins two lines
+                out.append(two)
+            i += 2
+        elif two == "$'" and not quoted:  # bash's quotes with escapes: $'\x72m' is rm
+            found = ANSI_C.match(line, i)
+            if not found:
+                raise ValueError("a $' is never closed")
+            out.append(shlex.quote(found[1]))  # the escapes stay as written
+            i = found.end()
+        elif char == "'" and not quoted:
+            end = line.find("'", i + 1)
+            if end < 0:
+                raise ValueError("a ' is never closed")
+            out.append(line[i:end + 1])
+            i = end + 1
+        elif char == "#" and in_code and (not out or out[-1] in WORD_BREAKS):  # a comment
+            end = line.find("\n", i)
+            i = len(line) if end < 0 else end
+        elif two == "<<" and in_code and line[i + 2:i + 3] != "<" and line[i - 1:i] != "<":
+            heredocs.append(HEREDOC.match(line, i + 2))
+            out.append(two)
+            i += 2
+        elif char == "\n" and in_code and heredocs:  # the bodies start on the next line
+            out.append(char)
+            found, i = skip_heredocs(line, i + 1, heredocs, depth)
+            substitutions += found
+            heredocs = []
+        else:
+            if char == '"' and mode != "heredoc":
+                quoted = not quoted
+            if two == "${" and mode != "heredoc":  # in ${x/ #/} the # is no comment
+                braces += 1
+            if char == "}" and braces:
+                braces -= 1
+            if char in "()" and not quoted and mode != "heredoc":
+                parens += 1 if char == "(" else -1
+            out.append(char)
+            i += 1
+    if closer or quoted and mode != "heredoc":
+        raise ValueError(f"a {closer or chr(34)} is never closed")
+    return "".join(out), substitutions, i
+
+def skip_heredocs(line: str, i: int, heredocs: list, depth: int) -> tuple:
+    """Skip the heredoc bodies that start at i: each ends at a line that is the word after its <<.
+    Returns the code of each $(...) in a body whose word is not quoted (<<EOF, not <<'EOF': there
+    it runs), and where the last end line ends."""
+    substitutions = []
+    for found in heredocs:
+        delimiter, tabs = unquote(found[2]), "\t*" if found[1] else ""  # <<-EOF: tabs before EOF
+        end = re.compile("^" + tabs + re.escape(delimiter) + "$", re.MULTILINE).search(line, i)
+        stop = end.end() if end else len(line)
+        if delimiter == found[2]:
+            body = line[i:end.start() if end else stop]
+            substitutions += read_bash(body, 0, depth, "", "heredoc")[1]
+        i = stop + 1
+    return substitutions, stop
+
+def unquote(raw: str) -> str:
+    """The word bash makes of raw, quotes and backslashes removed: "a"'b'\\c is abc."""
+    return "".join(shlex.split(raw)) if set(raw) & set("'\"\\") else raw
+
+def split_commands(text: str) -> list:
+    """The simple commands in scan's text: (words, files they write to, whether a pipe feeds them).
+    Operators such as ; | && ( ) separate them, and find's -exec starts one."""
+    commands, words, writes, target, piped, parens, array = [], [], [], "", False, 0, False
+    tokens = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>\n")
+    tokens.whitespace, tokens.whitespace_split, tokens.commenters = " \t", True, ""
+    for token in [*tokens, ";"]:
+        is_word = not set(token) <= set(";&|()<>\n") or token == ""  # '' is a word too
+        if is_word or token in ("(", ")") and words[:1] == ["find"]:  # find . \( -name x \)
+            if target == ">":
+                writes.append(token)
+            elif not target and not array:
+                words.append(token)
+            target = ""
+            if token in ("-exec", "-execdir", "-ok", "-okdir"):  # a command starts after it
+                commands.append((words, writes, piped))
+                words, writes = [], []
+            continue
+        for op in OPERATORS.findall(token):
+            if "<" in op or ">" in op:
+                if words and words[-1].isdigit():
+                    words.pop()  # the 2 of 2>&1 names a file descriptor
+                target = ">" if ">" in op else "<"
+            elif op == "(" and words and words[-1].endswith("="):  # an array: files=(*.py)
+                array = True
+            elif op == ")" and array:
+                array = False
+            elif op == "(" and len(words) == 1 and words[0] not in KEYWORDS | WRAPPERS:
+                commands.append((["function", words[0]], [], False))  # name() { ...; }
+                words = []
+            elif op == ")" and parens == 0:  # the pattern of a case: a) or *)
+                words = []
+            else:  # ; & | && || ( ) or a newline
+                parens += {"(": 1, ")": -1}.get(op, 0)
+                if words or writes:
+                    commands.append((words, writes, piped))
+                    piped = False
+                words, writes = [], []
+                piped = piped or op in ("|", "|&")
+    return commands
+
 
 def dim(text: str) -> str:
     """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
@@ -999,13 +1007,14 @@ def wall_state() -> str:
     if bwrap_problem():
         return f"No command will run: {NO_WALL.format(problem=bwrap_problem())}."
     network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on)"
-    return dim(f"the wall is on: read-only system, this folder writable, {network}, home hidden")
+    return dim(f"the wall is on: read-only system and .git, this folder writable, {network}, "
+               "home hidden")
 
 def main() -> int:
-    global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS
+    global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
-    load_dotenv()
+    load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
     API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
     API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
     MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
@@ -1014,13 +1023,17 @@ def main() -> int:
         print(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as http://host:port "
               "or https://host", file=sys.stderr)
         return 2
-    if WORKDIR.resolve() in (Path("/"), Path.home().resolve()):
-        print(f"Not starting in {WORKDIR}: there the workspace would hold the whole system or your "
-              "home folder. Start the agent in a project folder.", file=sys.stderr)
-        return 2
     client = make_client()
     if client is None:
         print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
+        return 2
+    if WORKDIR.resolve().is_relative_to(HERE):  # the wall keeps the agent's own folder read-only
+        WORKDIR = HERE / "play"
+        WORKDIR.mkdir(exist_ok=True)
+        print(dim(f"this is the agent's own folder, which it cannot change: it works in {WORKDIR}"))
+    if WORKDIR.resolve() in (Path("/"), Path.home().resolve()):
+        print(f"Not starting in {WORKDIR}: there the workspace would hold the whole system or your "
+              "home folder. Start the agent in a project folder.", file=sys.stderr)
         return 2
     print(wall_state())
     save_transcript(None)  # can it be written? If not, it says so now and recording is off

@@ -14,7 +14,7 @@ COMMANDS = json.loads((CORPUS / "commands.json").read_text())
 PATHS = json.loads((CORPUS / "paths.json").read_text())
 SAFE_STAGES = stages_from("s03_safety")
 # What notes/s03_safety.md says about the tiers no filter can get fully right: (judged as expected, cases).
-SCORES_IN_THE_NOTE = {"evasion": (36, 37), "obfuscated": (2, 5), "debatable": (8, 11)}
+SCORES_IN_THE_NOTE = {"evasion": (32, 37), "obfuscated": (0, 5), "debatable": (8, 11)}
 
 
 def verdict(stage, command: str) -> str:

@@ -67,7 +67,7 @@ def test_no_stage_imports_another(stage):
     assert not imported & set(STAGE_NAMES)
 
 
-FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "read_file", "s03_safety": "safe_path",
+FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "read_file", "s03_safety": "walled",
                   "s04_subagent": "run_subagent"}
 
 
