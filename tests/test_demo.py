@@ -11,7 +11,7 @@ EXPECTED = {  # what each stage's demo must show a newcomer
     "s01": ["> bash:", "20 lines"],
     "s02": ["> edit_file: greet.py", "Hello, world!"],
     "s03": ["outside the workspace", "refused, not run: sudo", "> bash: rm -rf build/"],
-    "s04": ["> task: survey src/", "    > read_file: src/cli.py", "= subagent: 3 turns"],
+    "s04": ["> task: survey src/", "    > read_file: src/cli.py", "= subagent: 3 replies"],
 }
 
 
@@ -40,9 +40,11 @@ def test_the_s01_demos_answer_is_what_its_command_prints(tmp_path):
 
 
 def test_the_s04_demo_shows_the_parents_context_staying_small(capsys):
-    """The parent's two usage lines differ by little, though the child read four files."""
+    """The parent's two usage lines (a child's are indented) differ by little, though the child
+    read four files."""
     demo.main(["s04"])
-    sizes = context_sizes(capsys.readouterr().out)
+    parent_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    sizes = context_sizes("\n".join(parent_lines))
     assert len(sizes) == 2 and sizes[1] - sizes[0] < 300
 
 
