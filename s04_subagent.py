@@ -692,7 +692,7 @@ def run_turn(messages: list, user_text: str) -> None:
         agent_loop(messages, PARENT_TOOLS, system_prompt(), MAX_MODEL_CALLS)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
-        print(f"\n{describe_error(error)}. The turn was dropped; files it changed stay changed.")
+        print(f"\n{printable(describe_error(error))}. The turn was dropped (files stay changed).")
 
 def add_reply(messages: list, content: list) -> None:
     """Without empty text blocks (the API rejects them), and not at all if empty."""

@@ -16,13 +16,14 @@ STAGE_NAMES = [path.stem for path in sorted(ROOT.glob("s0[1-9]_*.py"))]
 NO_WALL = importlib.import_module("s03_safety").bwrap_problem()  # why the wall cannot go up here, or None
 
 
-def stages_from(first: str) -> list:
+def stages_from(first: str, quick_run_checks_the_last_only: bool = False) -> list:
     """The stages from `first` on, as pytest params: a later stage must keep an earlier one's promises.
     The quick run (the README's command) checks the first and the last of them; the stages between
     are marked slow and run in CI (`python -m pytest -m ""`). The code they share with those two is
-    the same, and tests/test_stage_drift.py checks that it stays so."""
+    the same, and tests/test_stage_drift.py checks that it stays so. A test that starts a stage as a
+    process of its own (seconds each, to load the SDK) may check only the last in the quick run."""
     names = STAGE_NAMES[STAGE_NAMES.index(first):]
-    between = names[1:-1]
+    between = names[:-1] if quick_run_checks_the_last_only else names[1:-1]
     return [pytest.param(importlib.import_module(name), id=name,
                          marks=[pytest.mark.slow] if name in between else [])
             for name in names]
@@ -72,6 +73,20 @@ def stages_put_back(monkeypatch):
         stage = importlib.import_module(name)
         monkeypatch.setattr(stage, "WORKDIR", stage.WORKDIR)
         monkeypatch.setattr(stage, "client", stage.client)
+
+
+@pytest.fixture
+def user_env(monkeypatch):
+    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings
+    cleared the shell's). What main() changes in this process (the settings it reads, its client,
+    its workspace) is put back afterwards."""
+    monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
+    for name in STAGE_NAMES:
+        stage = importlib.import_module(name)
+        for setting in ("API_TIMEOUT", "API_RETRIES", "MAX_TOKENS", "MAX_MODEL_CALLS", "WORKDIR",
+                        "client"):
+            monkeypatch.setattr(stage, setting, getattr(stage, setting))
+    return monkeypatch
 
 
 @pytest.fixture

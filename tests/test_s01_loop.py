@@ -1,13 +1,11 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
 import contextlib
-import importlib
 import io
 import json
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -435,22 +433,6 @@ def test_importing_a_stage_has_no_side_effects():
     assert done.stdout.strip() == "ok", done.stderr
 
 
-@pytest.fixture
-def user_env(monkeypatch):
-    """The environment main() starts in: no key, no .env, no model chosen (no_user_settings
-    cleared the shell's). What main() changes in this process (the settings it reads, its signal
-    handlers) is put back afterwards."""
-    monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
-    for name in STAGE_NAMES:
-        stage = importlib.import_module(name)
-        for setting in ("API_TIMEOUT", "API_RETRIES", "MAX_TOKENS", "MAX_MODEL_CALLS"):
-            monkeypatch.setattr(stage, setting, getattr(stage, setting))
-    handlers = {stop: signal.getsignal(stop) for stop in (signal.SIGTERM, signal.SIGHUP)}
-    yield monkeypatch
-    for stop, handler in handlers.items():
-        signal.signal(stop, handler)
-
-
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_missing_key_gives_one_clear_paragraph_and_exit_2(stage, user_env, capsys):
     """Without ANTHROPIC_API_KEY, main() says what to set (and about the demo) and returns 2."""
@@ -467,7 +449,7 @@ def test_empty_base_url_means_the_default_api(monkeypatch):
     assert str(s01_loop.make_client().base_url).startswith("https://api.anthropic.com")
 
 
-@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("stage", stages_from("s01_loop", quick_run_checks_the_last_only=True))
 def test_the_repl_runs_end_to_end_through_the_real_sdk(stage, tmp_path):
     """The stage as a user runs it: a prompt, a tool call over HTTP, the answer, then `q`."""
     script = [reply(tool("bash", command="echo made > proof.txt")), reply("Made proof.txt.")]
@@ -702,6 +684,29 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_control_characters_in_output_are_shown_escaped_never_sent_to_the_terminal(stage, scripted, capsys):
+    """A tool's output (or the model's text) may hold escape sequences that set the terminal's
+    title or clipboard: what the user sees shows them escaped; the model still gets the output."""
+    title = "printf 'before \\033]0;taken over\\007 after'"
+    model = scripted(stage, [reply(tool("bash", command=title)), reply("Done \x1b[2J.")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;taken over\\x07" in out and "Done \\x1b[2J." in out
+    assert "\x1b]0;taken over" in tool_results(model.requests[1])[0]["content"]
+
+
+def test_a_stage_started_without_its_packages_says_to_activate_the_virtual_environment(tmp_path):
+    """Started with a Python that lacks the requirements (here: python -S, without site-packages),
+    a stage says to activate the virtual environment, in one line, not with a traceback."""
+    done = subprocess.run([sys.executable, "-S", str(ROOT / "s01_loop.py")], input="q\n", cwd=tmp_path,
+                          env=clean_env(ANTHROPIC_API_KEY="test-key"), capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "is not installed" in done.stderr and ".venv/bin/activate" in done.stderr
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_colour_only_on_a_terminal_and_never_with_no_color(stage, scripted, monkeypatch, capsys):
     """The dim grey of tool calls and usage lines is an escape code: sent to a terminal, but not into a
     pipe or a file (where it would be junk), and never when NO_COLOR is set."""
@@ -803,7 +808,7 @@ def exits(process, seconds: float) -> bool:
     return process.poll() is not None
 
 
-@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("stage", stages_from("s01_loop", quick_run_checks_the_last_only=True))
 def test_ctrl_c_at_the_prompt_clears_a_typed_line_and_asks_once_on_an_empty_one(stage, tmp_path):
     """At the prompt, Ctrl-C throws away what is typed and the prompt comes back, as in bash. On an
     empty prompt it asks once; a second Ctrl-C leaves. The conversation is never lost by

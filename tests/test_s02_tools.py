@@ -124,6 +124,17 @@ def test_edit_file_refuses_a_missing_ambiguous_or_empty_match(stage, old_text, s
 
 
 @pytest.mark.parametrize("stage", TOOL_STAGES)
+def test_edit_file_refuses_a_file_too_big_to_hold_in_memory(stage, scripted, workspace, monkeypatch):
+    """edit_file holds the file twice in memory (before and after): one over MAX_EDIT is refused,
+    untouched, with a way out, so a huge file cannot exhaust the agent."""
+    monkeypatch.setattr(stage, "MAX_EDIT", 1000)
+    (workspace / "big.log").write_text("x = 1\n" * 200)
+    result = call_tool(stage, scripted, "edit_file", path="big.log", old_text="x = 1\nx", new_text="y")
+    assert result["is_error"] and "sed" in result["content"]
+    assert (workspace / "big.log").read_text() == "x = 1\n" * 200
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_list_dir_lists_sorted_entries_with_folders_marked(stage, scripted, workspace):
     """list_dir shows a folder's entries in order, folders ending in '/'; no path means the workspace."""
     (workspace / "src").mkdir()

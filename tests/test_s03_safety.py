@@ -5,6 +5,7 @@ can start, and the bash tool cannot be hung, flooded or used to read the agent's
 import contextlib
 import importlib
 import importlib.util
+import io
 import os
 import shlex
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bench_filter import PATTERNS
-from conftest import NO_WALL, ROOT, call_tool, clean_env, run_stage, stages_from
+from conftest import NO_WALL, call_tool, clean_env, run_stage, stages_from
 from fake_api import FakeAPI, reply, tool
 
 import s03_safety
@@ -445,7 +446,7 @@ def steps(function) -> int:
 def test_the_filter_does_about_twice_the_work_on_twice_the_input(pattern, workspace):
     """Linear: the filter reads a command line in one pass (nesting is capped at MAX_DEPTH), so
     doubling a hostile input doubles the work, never squares it. Times are in bench_filter.py."""
-    small, large = (steps(lambda size=size: s03_safety.check_command(hostile(pattern, size))) for size in (4000, 8000))
+    small, large = (steps(lambda size=size: s03_safety.check_command(hostile(pattern, size))) for size in (2000, 4000))
     assert large <= 2.3 * small
 
 
@@ -555,12 +556,21 @@ def test_sandbox_off_runs_commands_without_the_wall(stage, scripted, monkeypatch
 
 
 @pytest.mark.parametrize("sandbox", ["off", ""])
-def test_the_stage_says_at_start_up_whether_the_wall_is_on(sandbox, tmp_path):
+def test_the_stage_says_at_start_up_whether_the_wall_is_on(sandbox, user_env, tmp_path, capsys):
     """One line at start-up says what the wall holds back, or why commands will not run."""
-    env = clean_env(ANTHROPIC_API_KEY="not-used", SANDBOX=sandbox)
-    output = run_stage(ROOT / "s03_safety.py", "q\n", env, tmp_path).stdout
+    start_in(user_env, tmp_path, SANDBOX=sandbox)
+    assert s03_safety.main() == 0
     expected = "the wall is off (SANDBOX=off)" if sandbox == "off" else "No command will run" if NO_WALL else "wall is on"
-    assert expected in output
+    assert expected in capsys.readouterr().out
+
+
+def start_in(user_env, folder, **settings) -> None:
+    """main() of s03 as a user starts it in `folder`, with a key and `settings`, typing q."""
+    user_env.setenv("ANTHROPIC_API_KEY", "not-used")
+    for name, value in settings.items():
+        user_env.setenv(name, value)
+    user_env.setattr(s03_safety, "WORKDIR", folder)
+    user_env.setattr("sys.stdin", io.StringIO("q\n"))
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
@@ -578,22 +588,27 @@ def test_without_the_wall_no_command_runs(stage, scripted, workspace, monkeypatc
     assert "SANDBOX=off" in result["content"] and not (workspace / "proof").exists()
 
 
-def test_without_the_wall_the_start_up_line_says_that_no_command_will_run(tmp_path):
+def test_without_the_wall_the_start_up_line_says_that_no_command_will_run(user_env, tmp_path, capsys):
     """The start-up line is plain text, not grey, when commands will be refused."""
-    env = clean_env(ANTHROPIC_API_KEY="not-used", PATH=str(tmp_path))
-    output = run_stage(ROOT / "s03_safety.py", "q\n", env, tmp_path).stdout
+    start_in(user_env, tmp_path, PATH=str(tmp_path))  # a PATH without bwrap
+    user_env.delenv("SANDBOX", raising=False)
+    s03_safety.bwrap_problem.cache_clear()
+    try:
+        assert s03_safety.main() == 0
+    finally:
+        s03_safety.bwrap_problem.cache_clear()
+    output = capsys.readouterr().out
     assert "No command will run: the wall cannot go up" in output and "\033[2m" not in output
 
 
 @pytest.mark.parametrize("folder", ["/", "home"])
-def test_the_stage_refuses_to_start_in_the_root_or_the_home_folder(folder, tmp_path):
+def test_the_stage_refuses_to_start_in_the_root_or_the_home_folder(folder, user_env, tmp_path, capsys):
     """A workspace of / or of the home folder would make the workspace fence and the wall hold
     nothing back: the stage says so and stops with status 2."""
     home = tmp_path / "home"
     home.mkdir()
-    env = clean_env(ANTHROPIC_API_KEY="not-used", HOME=str(home))
-    done = run_stage(ROOT / "s03_safety.py", "q\n", env, Path("/") if folder == "/" else home)
-    assert done.returncode == 2 and "Not starting in" in done.stderr
+    start_in(user_env, Path("/") if folder == "/" else home, HOME=str(home))
+    assert s03_safety.main() == 2 and "Not starting in" in capsys.readouterr().err
 
 
 @needs_the_wall
@@ -838,7 +853,7 @@ def run_agent_in_its_own_folder(stage, tmp_path, command: str) -> subprocess.Com
 
 
 @needs_the_wall
-@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("stage", stages_from("s03_safety", quick_run_checks_the_last_only=True))
 def test_the_agent_cannot_change_its_own_folder(stage, tmp_path):
     """What the agent's folder holds runs outside the wall: a pytest.py there runs at the README's
     `python -m pytest`, a .pyc in __pycache__ at the next import, a conftest.py in tests/ with the

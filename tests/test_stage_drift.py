@@ -29,12 +29,14 @@ PAIRS = list(itertools.pairwise(STAGE_NAMES))
 def definitions(stage: str) -> dict:
     """Top-level functions, classes and simple assignments of a stage: name -> source text."""
     source = (ROOT / f"{stage}.py").read_text()
+    lines = source.splitlines()
     found = {}
     for node in ast.parse(source).body:
+        text = "\n".join(lines[node.lineno - 1:node.end_lineno])  # top-level: whole lines
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = ast.get_source_segment(source, node)
+            found[node.name] = text
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = ast.get_source_segment(source, node)
+            found[node.targets[0].id] = text
     return found
 
 

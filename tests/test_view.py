@@ -12,7 +12,7 @@ import demo
 import pytest
 import view
 from conftest import ROOT, clean_env, run_stage
-from fake_api import FakeAPI, api_error, reply, tool
+from fake_api import FakeAPI, api_error, press_ctrl_c, reply, tool
 
 HOSTILE = (
     "<script>document.title = 'taken over'</script><img src=x onerror=\"document.title='img'\">"
@@ -76,6 +76,7 @@ MEASURE = """JSON.stringify({
   scripts: document.scripts.length,
   images: document.images.length,
   text: document.body.innerText,
+  turns: [...document.querySelectorAll('.divider.turn')].map(e => e.innerText),
   lanes: [...document.querySelectorAll('.lane-head[data-lane]')].map(e => ({
     lane: e.dataset.lane, agent: e.dataset.agent, task: e.dataset.task,
     links: [...e.querySelectorAll('a')].map(a => a.getAttribute('href'))})),
@@ -114,6 +115,7 @@ def assert_heights_in_proportion(bars: list, lines: list) -> None:
 
 
 @pytest.mark.parametrize("fields", ["old", "new"])
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
 def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
     fields, tmp_path, capsys
 ):
@@ -175,6 +177,7 @@ def record_a_bad_run(stage, transcript, workspace) -> None:
             stage.run_turn(messages, typed)
 
 
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
 def test_a_refusal_an_api_error_and_hostile_text_are_shown_as_such(tmp_path, capsys, monkeypatch):
     """A run with a refused command, an API error (no reply; the new `error` field is shown when
     the line has it) and a model refusal, full of `<script>` and `onerror=`: in Chromium, no script
@@ -322,6 +325,7 @@ def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
 def test_two_subagents_of_one_turn_get_a_lane_each_tied_to_their_own_task(tmp_path):
     """A real run: s04 as a program, its TRANSCRIPT setting on, a scripted model that starts two
     children in one reply. The page has a lane per child, each tied to its own task call (by its
@@ -358,3 +362,108 @@ def test_two_subagents_of_one_turn_get_a_lane_each_tied_to_their_own_task(tmp_pa
     assert one["result_call"] is two["result_call"] is calls[5]
     page = view.render_page(calls, "two children")
     assert page.count('class="lane-head') == 3 and page.count('class="waiting"') == 2
+
+
+# -- a turn cut short: the stage drops it from its history, the page says so ----------------------
+
+
+def page_of_turns(typed: list, script: list, tmp_path, monkeypatch) -> dict:
+    """Type `typed` into s04, one turn each, against a scripted model, with TRANSCRIPT on; render
+    the transcript and open the page in Chromium. Returns what the page shows."""
+    stage = importlib.import_module("s04_subagent")
+    transcript, page = tmp_path / "wire.jsonl", tmp_path / "run.html"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(stage, "turn_number", 0)  # the turns of this session count from 1
+    with FakeAPI(script) as api:
+        stage.WORKDIR, stage.client = tmp_path, api.client()
+        messages = []
+        for words in typed:
+            stage.run_turn(messages, words)
+    view.write_page(transcript, page)
+    shown, errors, _ = look_at(page, tmp_path / "run.png")
+    assert not errors, errors
+    return shown
+
+
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
+def test_a_turn_cut_short_by_an_api_error_is_marked_and_its_dropped_messages_counted(
+    tmp_path, monkeypatch, capsys
+):
+    """Turn 2 makes a tool call, then its next model call fails (API error 500): the stage drops
+    the whole turn (the typed words, the tool call, its result) and the user types the same words
+    again. The page marks turn 2 as cut short, with the error; turn 3's call says that the 3
+    messages of turn 2 are no longer sent, and shows the words typed again as new (its request
+    starts the same as turn 2's first one, yet it is a new turn)."""
+    script = [
+        reply("Hello."),
+        reply(tool("list_dir")),
+        api_error(500, "overloaded"),  # turn 2 fails here, and is dropped
+        reply("Only run.png."),
+    ]
+    typed = ["Hello there", "list the files", "list the files"]
+    shown = page_of_turns(typed, script, tmp_path, monkeypatch)
+
+    first, cut, again = shown["turns"]
+    assert first == "turn 1: Hello there" and again == "turn 3: list the files"
+    assert cut.startswith("turn 2: list the files cut short: API error 500 (api_error: overloaded)")
+    calls = shown["calls"]
+    assert len(calls) == 4 and "no reply" in calls[2]["text"]
+    assert "3 message(s) of turn 2 are no longer sent" in calls[3]["text"]
+    assert "sent (new)\nuser\nlist the files" in calls[3]["text"]
+    assert "no longer sent" not in calls[0]["text"] + calls[1]["text"] + calls[2]["text"]
+
+
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
+def test_a_turn_interrupted_while_its_child_works_is_marked_and_its_dropped_messages_counted(
+    tmp_path, monkeypatch, capsys
+):
+    """Turn 1 gets an empty reply (the stage adds nothing to the history, so two user messages
+    follow each other). Turn 2's first reply is paused (pause_turn: it goes back as its own
+    assistant message), then the parent starts a child, and Ctrl-C stops the child's model call.
+    The stage drops turn 2: the typed words, the paused reply and the task call. The page marks
+    turn 2 as cut short (interrupted), and turn 3's call says that those 3 messages are no longer
+    sent and shows only what is new: the words of turn 3."""
+    script = [
+        reply(),  # turn 1: an empty reply
+        reply("Looking.", stop_reason="pause_turn"),
+        reply(tool("task", description="explore", prompt="List the files.")),
+        press_ctrl_c,  # the child's model call: Ctrl-C
+        reply("Fine."),
+    ]
+    shown = page_of_turns(["Hello there", "explore", "and now?"], script, tmp_path, monkeypatch)
+
+    assert shown["turns"] == [
+        "turn 1: Hello there",
+        "turn 2: explore cut short: interrupted",
+        "turn 3: and now?",
+    ]
+    calls = shown["calls"]
+    assert [call["lane"] for call in calls] == ["0", "0", "0", "1", "0"]
+    assert "sent (new)" not in calls[2]["text"], "the paused reply goes back: nothing else is new"
+    assert "assistant: the reply above" in calls[2]["text"]
+    assert "interrupted" in calls[3]["text"], "the child's call"
+    assert "3 message(s) of turn 2 are no longer sent" in calls[4]["text"]
+    assert "sent (new)\nuser\nand now?" in calls[4]["text"]
+    assert "Hello there" not in calls[4]["text"], "turn 1's words were sent before"
+
+
+@pytest.mark.slow  # starts Chromium: seconds each; CI runs it
+def test_a_turn_dropped_after_ctrl_c_in_a_tool_is_marked_though_no_call_failed(
+    tmp_path, monkeypatch, capsys
+):
+    """Ctrl-C while a command runs: every model call of turn 2 got its reply, so no line of the
+    transcript says that the turn failed; the next request shows it, as it no longer carries the
+    turn's 2 messages (the typed words and the tool call). The page marks turn 2 as cut short
+    and counts the 2 dropped messages, though turn 3's words are the same as turn 2's."""
+    monkeypatch.setenv("SANDBOX", "off")  # inside s03's wall a command cannot signal the agent
+    ctrl_c = "kill -INT $PPID; sleep 20"  # the shell's parent is this process
+    script = [reply("Hello."), reply(tool("bash", command=ctrl_c)), reply("Done.")]
+    shown = page_of_turns(["Hello there", "run it", "run it"], script, tmp_path, monkeypatch)
+
+    first, cut, again = shown["turns"]
+    assert first == "turn 1: Hello there" and again == "turn 3: run it"
+    assert cut == f"turn 2: run it cut short: {view.DROPPED_UNSAID}"
+    calls = shown["calls"]
+    assert len(calls) == 3 and "no reply" not in shown["text"]
+    assert "2 message(s) of turn 2 are no longer sent" in calls[2]["text"]
+    assert "sent (new)\nuser\nrun it" in calls[2]["text"]

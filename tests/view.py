@@ -8,7 +8,9 @@ fonts) and prints its path. The page shows:
 - totals per agent: calls, tokens in and out, time;
 - a timeline with one column (lane) per agent: the parent, and each child beside it, tied to the
   `task` call that started it and to the result that went back. Each call shows only what is
-  new in its request since that agent's previous call, then the reply's blocks.
+  new in its request since that agent's previous call, then the reply's blocks;
+- each turn cut short (Ctrl-C, an API error, a refusal) marked as such, and the next call saying
+  how many of its messages were dropped: a stage drops a failed turn from its history.
 
 A transcript is untrusted: a tool result may hold anything, `<script>` included. Every piece of
 text is escaped, and the page forbids scripts anyway (its Content-Security-Policy).
@@ -27,6 +29,8 @@ MAX_SHOWN = 2000  # characters of one piece of text shown on the page; the rest 
 BAR_HEIGHT = 180  # pixels of the tallest bar in the chart
 REFUSED_BY_FILTER = "refused, not run:"  # how the stages' command filter starts its refusals
 BLOCKED_BY_WALL = "Read-only file system"  # what a command meets when the wall stops a write
+TURN_ENDERS = ("refusal", "model_context_window_exceeded", None)  # stop reasons that end a turn
+DROPPED_UNSAID = "dropped from the history, though no call failed (Ctrl-C while a tool ran?)"
 
 
 # -- reading a transcript ----------------------------------------------------------
@@ -127,6 +131,28 @@ def common_start(old: list, new: list) -> int:
     return count
 
 
+def starts_with(messages: list, start: list) -> bool:
+    return common_start(start, messages) == len(start)
+
+
+def ends_turn(call: dict) -> bool:
+    """The call failed, or its reply stopped the turn (a refusal, say): the stage drops the turn."""
+    return call["response"] is None or call["response"].get("stop_reason") in TURN_ENDERS
+
+
+def reply_message(call: dict) -> dict | None:
+    """The message a stage adds to its history for the call's reply: the reply's blocks without
+    empty text. None when the call ended the turn or the reply was empty (nothing is added)."""
+    if ends_turn(call):
+        return None
+    content = [
+        block
+        for block in (call["response"].get("content") or [])
+        if not isinstance(block, dict) or block.get("type") != "text" or block.get("text")
+    ]
+    return {"role": "assistant", "content": content} if content else None
+
+
 def first_text(messages: list) -> str:
     """The text of the first message: for a child, the prompt the parent wrote."""
     if not messages:
@@ -191,21 +217,32 @@ def child_lane_for(call: dict, lanes: list, open_tasks: list, previous: dict | N
 
 
 def compare_with_previous(call: dict, lane: dict) -> None:
-    """What the call's request adds to its lane's previous call. Adds to the call: lane, new (the
-    new messages), dropped (earlier messages no longer sent), repeats_reply (the first new message
-    is the previous reply, already shown), system_shown and tools_shown (new or changed)."""
+    """What the call's request adds to the history its lane's previous call left: that call's
+    messages and its reply. After a turn that was cut short, the stage went back to the history
+    from before that turn: the request is that history and the newly typed message.
+    Adds to the call: lane, new (the new messages), repeats_reply (the first new one is the
+    previous reply, sent back: shown already), dropped (how many messages of the history left are
+    no longer sent), dropped_turn (the first call of the turn dropped whole, if one was),
+    system_shown and tools_shown (new or changed)."""
     before = lane["calls"][-1] if lane["calls"] else None
     if before and before["session"] != call["session"]:
         before = None  # a new session starts a new conversation
-    sent, sent_before = messages_of(call), messages_of(before) if before else []
-    kept = common_start(sent_before, sent)
-    call["lane"], call["new"], call["dropped"] = lane, sent[kept:], len(sent_before) - kept
-    reply_before = (before or {}).get("response") or {}
-    call["repeats_reply"] = bool(
-        reply_before
-        and call["new"]
-        and call["new"][0].get("content") == reply_before.get("content")
-    )
+    sent = messages_of(call)
+    call.update(lane=lane, new=sent, repeats_reply=False, dropped=0, dropped_turn=None)
+    if before:
+        reply = reply_message(before)
+        left = messages_of(before) + ([reply] if reply else [])
+        turn_start = before["turn_start"]
+        at_start = messages_of(turn_start)[:-1]  # the history before that turn's typed message
+        if not ends_turn(before) and starts_with(sent, left):
+            kept = len(left)  # the same turn goes on, or the next one follows it
+        elif len(sent) == len(at_start) + 1 and starts_with(sent, at_start):
+            kept, call["dropped_turn"] = len(at_start), turn_start  # that turn was dropped
+        else:
+            kept = common_start(left, sent)
+        call["repeats_reply"] = bool(reply) and kept > len(messages_of(before))
+        call["new"] = sent[kept - 1 if call["repeats_reply"] else kept :]
+        call["dropped"] = len(left) - kept
     request, request_before = call["request"], (before or {}).get("request", {})
     call["system_shown"] = not before or request.get("system") != request_before.get("system")
     call["tools_shown"] = not before or request.get("tools") != request_before.get("tools")
@@ -231,8 +268,8 @@ def note_answers(call: dict, lanes: list) -> None:
 
 def build_lanes(calls: list) -> list:
     """Put each call in its lane (the parent's is the first), and work out what each call adds
-    (see compare_with_previous) and its turn. Each child lane learns its task call and the
-    parent call that carried its answer back."""
+    (see compare_with_previous), its turn, and which turns were cut short (see mark_cut_short).
+    Each child lane learns its task call and the parent call that carried its answer back."""
     lanes = [new_lane([], "parent")]
     open_tasks, previous, turn, session = [], None, 0, None
     for call in calls:
@@ -240,13 +277,16 @@ def build_lanes(calls: list) -> list:
             lane = lanes[0]
         else:
             lane = child_lane_for(call, lanes, open_tasks, previous)
+        before = lane["calls"][-1] if lane["calls"] else None
         compare_with_previous(call, lane)
+        call["opens_turn"] = not before or before["session"] != call["session"]
         if call["agent"] == "parent":
             if call["session"] != session:
                 session, turn = call["session"], 0
             if typed_messages(call):
                 turn += 1
             call["turn"] = call["turn"] or turn
+            call["opens_turn"] = call["opens_turn"] or call["turn"] != before["turn"]
             for block in reply_blocks(call):
                 if block.get("type") == "tool_use" and block.get("name") == "task":
                     open_tasks.append({"block": block, "call": call, "taken": False})
@@ -254,9 +294,32 @@ def build_lanes(calls: list) -> list:
         else:
             started_by = lane["task_call"]
             call["turn"] = call["turn"] or (started_by["turn"] if started_by else None)
+        call["turn_start"] = call if call["opens_turn"] else before["turn_start"]
         lane["calls"].append(call)
         previous = call
+    mark_cut_short(calls)
     return lanes
+
+
+def mark_cut_short(calls: list) -> None:
+    """Mark each turn that was cut short, on its first call ("cut_short": why): its last call
+    failed (Ctrl-C, an API error) or ended it (a refusal, say), or, though no call failed, the
+    next request no longer carries its messages (Ctrl-C while a tool ran). A child's calls belong
+    to the turn of the parent's call before them. A stage drops such a turn from its history."""
+    last_of, opening = {}, None
+    for call in calls:
+        if call["agent"] == "parent" and call["opens_turn"]:
+            opening = call
+        if opening:
+            last_of[opening["number"]] = (opening, call)
+    for opening, last in last_of.values():
+        if last["response"] is None:
+            opening["cut_short"] = str(last["error"] or "the call failed, with no reply")
+        elif ends_turn(last):
+            opening["cut_short"] = f"stop_reason: {last['response'].get('stop_reason')}"
+    for call in calls:
+        if call["dropped_turn"] and not call["dropped_turn"].get("cut_short"):
+            call["dropped_turn"]["cut_short"] = DROPPED_UNSAID
 
 
 # -- the page ----------------------------------------------------------------------
@@ -380,10 +443,16 @@ def render_call(call: dict, lanes: list, tool_names: dict, row: int) -> str:
     parts.append(
         f'<div class="call-head">{esc(" · ".join(word for word in heading if word))}</div>'
     )
-    if call["dropped"]:
+    if call["dropped_turn"]:
         parts.append(
-            f'<div class="note">{call["dropped"]} earlier message(s) of this agent are no longer '
-            "sent (a failed or interrupted turn was dropped, or a new session began)</div>"
+            f'<div class="note dropped">{call["dropped"]} message(s) of turn '
+            f"{esc(call['dropped_turn']['turn'])} are no longer sent: that turn was cut short, "
+            "and dropped from the history</div>"
+        )
+    elif call["dropped"]:
+        parts.append(
+            f'<div class="note dropped">{call["dropped"]} earlier message(s) of this agent are no '
+            "longer sent</div>"
         )
     if call["system_shown"] and lane["calls"][0] is not call:
         parts.append(
@@ -529,10 +598,9 @@ def render_timeline(calls: list, lanes: list) -> str:
         if block.get("type") == "tool_use"
     }
     cells = [render_lane_head(lane) for lane in lanes if lane["calls"]]
-    row, last_turn, last_session, rows = 2, None, None, {}
+    row, last_session, rows = 2, None, {}
     for call in calls:
-        starts_turn = (call["session"], call["turn"]) != (last_session, last_turn)
-        if call["agent"] == "parent" and starts_turn:
+        if call["agent"] == "parent" and call["opens_turn"]:
             if call["session"] != last_session and call["session"]:
                 cells.append(
                     f'<div class="divider session" style="grid-row: {row}">session '
@@ -541,12 +609,14 @@ def render_timeline(calls: list, lanes: list) -> str:
                 row += 1
             typed = typed_messages(call)
             words = f": {typed[-1]['content']}" if typed else ""
+            cut = call.get("cut_short")
+            mark = f' <span class="mark error">cut short: {shown(cut, 300)}</span>' if cut else ""
             cells.append(
-                f'<div class="divider turn" style="grid-row: {row}">turn {esc(call["turn"])}'
-                f"{shown(words, 200)}</div>"
+                f'<div class="divider turn{" cut-short" if cut else ""}" style="grid-row: {row}">'
+                f"turn {esc(call['turn'])}{shown(words, 200)}{mark}</div>"
             )
             row += 1
-            last_turn, last_session = call["turn"], call["session"]
+            last_session = call["session"]
         cells.append(render_call(call, lanes, tool_names, row))
         rows[call["number"]] = row
         row += 1
@@ -591,7 +661,7 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; font: 12p
 .lane-head { border-top: 4px solid; padding: .3rem .5rem; background: #fff; }
 .lane-head.lane-parent { border-color: #2b6cb0; } .lane-head.lane-child { border-color: #dd6b20; }
 .divider { grid-column: 1 / -1; background: #e2e8f0; padding: .2rem .5rem; font-weight: 600; }
-.divider.session { background: #cbd5e0; }
+.divider.session { background: #cbd5e0; } .divider.cut-short { background: #fed7d7; }
 .call { background: #fff; border-left: 4px solid; padding: .3rem .5rem; }
 .call.lane-parent { border-color: #2b6cb0; } .call.lane-child { border-color: #dd6b20; }
 .call-head { font-size: 12px; color: #4a5568; font-weight: 600; }
