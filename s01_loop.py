@@ -224,7 +224,7 @@ turn_number = 0  # ...and your turn, counted by run_turn
 
 @contextlib.contextmanager
 def recorded(request: dict, **fields):
-    """Record a model call in TRANSCRIPT, also one that fails or is cut short (Ctrl-C, a signal)."""
+    """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}

@@ -166,8 +166,8 @@ def write_atomically(file: Path, text: str) -> None:
     temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
-            if target.exists():  # keep its permission bits: a script stays executable
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+            if target.exists():  # keep its permission bits (a script stays executable) but
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -375,7 +375,7 @@ turn_number = 0  # ...and your turn, counted by run_turn
 
 @contextlib.contextmanager
 def recorded(request: dict, **fields):
-    """Record a model call in TRANSCRIPT, also one that fails or is cut short (Ctrl-C, a signal)."""
+    """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}

@@ -161,14 +161,19 @@ class Indented:
 # 2. No secret is read: of the home folder only PATH's folders and the agent's Python come back;
 #    every .env file of the workspace, and the agent's, reads as nothing; no variable outside
 #    command_env's allow-list.
-# 3. No service outside is reached: the network is off unless NETWORK=on, and no Unix socket can
-#    be made (a seccomp filter), wherever its file is: docker, ssh-agent, a database.
-# 4. Nothing runs later unless the user runs it: each .git of the workspace, the agent's own
-#    folder and its Python are read-only mounts, which a command can neither write nor rename.
+# 3. No service outside is reached: the network is off unless NETWORK=on, and a command makes
+#    only Internet and netlink sockets and pairs of stream sockets (a seccomp filter): no Unix
+#    socket reaches docker, ssh-agent or a database, wherever its file is.
+# 4. Nothing runs later unless the user runs it: the real folder of each .git of the workspace,
+#    the agent's own folder and its Python are read-only mounts, which a command can neither
+#    write nor rename; and no file is made setuid or setgid (the filter), to run as root outside.
 # 5. Bounded: processes and memory for the command as a whole (a cgroup of its own; where none
 #    can be made, ulimit, per process), each file's size, /tmp's size, time (BASH_TIMEOUT).
 # Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
-# a package's scripts) runs when the user runs it: review it (git status, git diff) first.
+# a package's scripts) runs when the user runs it: review it (git status, git diff) first; so
+# is a repository, or a .git pointer, that the agent creates. As root, a command reads what root
+# can read on the system (/etc/shadow). A .env committed to git's history reads through git. The
+# workspace's disk use as a whole is not bounded: only each file's size (fallocate passes even it).
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -179,8 +184,25 @@ IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
 # /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too.
 WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
         *IN_MEMORY, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-# Machine -> its name in seccomp (AUDIT_ARCH_...) and the number of its socket() system call.
-SOCKET_CALLS = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
+# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
+SYSTEM_CALLS = {
+    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
+                            "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
+                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
+    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
+                             "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
+                             "fchmodat2": 452, "mknodat": 33}),
+}
+# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
+# open's flags, after which comes a mode that counts only when they create a file.
+MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
+           "mknodat": 2}
+FLAGS_AT = {"open": 1, "openat": 2}
+ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
+LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
            "set SANDBOX=off to run commands with only the filter in front of them")
 
@@ -206,9 +228,9 @@ def mounts() -> list:
     # Of the home folder, PATH's folders come back (not the tool folders around them: tokens).
     on_path = [Path(folder) for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
     programs = [folder for folder in on_path if folder.is_relative_to(home) and folder != home]
-    kept = [*programs, Path(os.path.realpath("/etc/resolv.conf")), HERE, *pythons()]
     gits, env_files = gits_and_secrets(workspace)
-    found += [(path, ["--ro-bind-try", str(path), str(path)]) for path in [*kept, *gits]]
+    kept = [*programs, Path(os.path.realpath("/etc/resolv.conf")), *read_only_roots(gits)]
+    found += [(path, ["--ro-bind-try", str(path), str(path)]) for path in kept]
     masked = [file for file in [*env_files, HERE / ".env"] if file.is_file()]
     return found + [(file, ["--ro-bind", "/dev/null", str(file)]) for file in masked]
 
@@ -216,38 +238,108 @@ def pythons() -> list:
     """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
     return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
+def read_only_roots(gits: list) -> list:
+    """What no command and no file tool may change, resolved: the agent's folder, its Python, and
+    each repository's real folder: its .git, where a `gitdir:` file points (a worktree, git init
+    --separate-git-dir), and the folder that one shares through `commondir`."""
+    folders = []
+    for git in gits:
+        folder = git.resolve()  # through a symlink too
+        folders.append(folder)
+        pointer = first_line(folder)
+        if pointer.startswith("gitdir:"):
+            folder = (git.parent / pointer.removeprefix("gitdir:").strip()).resolve()
+            folders.append(folder)
+        shared = first_line(folder / "commondir")
+        if shared:
+            folders.append((folder / shared).resolve())
+    # A pointer can name any folder: only the workspace's are mounted, so that none comes back
+    # from the hidden home folder; elsewhere the wall keeps them read-only or hidden already.
+    workspace = WORKDIR.resolve()
+    return [HERE, *pythons(), *[folder for folder in folders if folder.is_relative_to(workspace)]]
+
+def first_line(file: Path) -> str:
+    """The first line of a file git reads (a .git pointer, commondir), or "" if there is none.
+    A few KiB at most: a .git may be a link to a file without end (/proc/kcore)."""
+    if not file.is_file():
+        return ""
+    with file.open(errors="replace") as text:
+        return text.readline(4096).strip()
+
 def gits_and_secrets(workspace: Path) -> tuple:
     """Every .git and .env file in the workspace, at any depth (skipping only inside a .git)."""
     gits, env_files = [], []
-    for folder, subfolders, files in os.walk(workspace):
+    for folder, subfolders, files in os.walk(workspace, onerror=cannot_search):
         gits += [Path(folder, name) for name in [*subfolders, *files] if name == ".git"]
         env_files += [Path(folder, name) for name in files if is_secret(name)]
         subfolders[:] = [name for name in subfolders if name != ".git"]
     return gits, env_files
+
+def cannot_search(error: OSError):
+    """os.walk calls this on a folder it cannot list, which may hide a .env: nothing runs then."""
+    raise PermissionError(f"{error.filename} cannot be searched for .env files ({error.strerror}):"
+                          " make it readable, or move it out of the workspace")
 
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc) keeps keys; .env.example is meant to be shared."""
     return name.startswith(".env") and name != ".env.example"
 
 def socket_filter() -> bytes:
-    """A seccomp program (classic BPF) that refuses socket(AF_UNIX); socketpair() stays allowed."""
-    arch, socket_call = SOCKET_CALLS[platform.machine()]
-    load, equal, at_least, answer = 0x20, 0x15, 0x35, 0x06  # BPF: ld [k], jeq k, jge k, ret k
-    allow, refuse, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
-    program = [  # (code, lines skipped if true, if false, k)
-        (load, 0, 0, 4),  # 0: the architecture the call was made for
-        (equal, 1, 0, arch),  # 1: ours: on to 3
-        (answer, 0, 0, kill),  # 2: 32-bit code, whose calls have other numbers: end the process
-        (load, 0, 0, 0),  # 3: the number of the system call
-        (at_least, 5, 0, 0x40000000),  # 4: an x32 call (x86_64 only): refused (10)
-        (equal, 4, 0, 425),  # 5: io_uring_setup (io_uring makes sockets without a call): 10
-        (equal, 0, 2, socket_call),  # 6: not socket(): allowed (9)
-        (load, 0, 0, 16),  # 7: its first argument, the family (its low half: little-endian)
-        (equal, 1, 0, socket.AF_UNIX),  # 8: a Unix socket: refused (10)
-        (answer, 0, 0, allow),  # 9
-        (answer, 0, 0, refuse),  # 10
+    """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
+    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
+    arch, calls = SYSTEM_CALLS[platform.machine()]
+    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
+                 if name in calls]  # aarch64 has only some
+    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
+             if name in calls]
+    program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
+        (LOAD, 4, None, None),  # the architecture the call was made for
+        (EQUAL, arch, "ours", None),
+        (ANSWER, KILL, None, None),  # 32-bit code, whose calls have other numbers: end the process
+        "ours",
+        (LOAD, 0, None, None),  # the number of the system call
+        (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
+        (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
+        (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
+        (EQUAL, calls["socket"], "socket", None),
+        (EQUAL, calls["socketpair"], "socketpair", None),
+        *sets_mode,
+        *opens,
+        (ANSWER, ALLOW, None, None),  # any other call
+        "socket",
+        (LOAD, ARGUMENTS[0], None, None),  # the family
+        (EQUAL, socket.AF_INET, "allow", None),
+        (EQUAL, socket.AF_INET6, "allow", None),
+        (EQUAL, socket.AF_NETLINK, "allow", "refuse"),  # getaddrinfo asks netlink for addresses
+        "socketpair",  # a pair of datagram sockets could still send to any socket's file
+        (LOAD, ARGUMENTS[1], None, None),  # the type
+        (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
+        (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
     ]
-    return b"".join(struct.pack("HBBI", *line) for line in program)
+    for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
+        program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
+                    (ANY_OF, os.O_CREAT | os.O_TMPFILE, f"mode in {at + 1}", "allow")]
+    for at in (1, 2, 3):
+        program += [f"mode in {at}", (LOAD, ARGUMENTS[at], None, None),
+                    (ANY_OF, stat.S_ISUID | stat.S_ISGID, "refuse", "allow")]
+    program += ["allow", (ANSWER, ALLOW, None, None), "refuse", (ANSWER, REFUSE, None, None),
+                "no such call", (ANSWER, NO_SUCH_CALL, None, None)]
+    return assemble(program)
+
+def assemble(program: list) -> bytes:
+    """Classic BPF from lines (code, k, where to go if true, if false) and the labels between
+    them: a jump names a label further on (BPF jumps only forward); the code says lines to skip."""
+    lines, places = [], {}
+    for line in program:
+        if isinstance(line, str):
+            places[line] = len(lines)
+        else:
+            lines.append(line)
+    code = b""
+    for number, (op, k, if_true, if_false) in enumerate(lines):
+        skips = [places[label] - number - 1 if label else 0 for label in (if_true, if_false)]
+        code += struct.pack("HBBI", op, *skips, k)
+    return code
 
 def make_group() -> list:
     """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
@@ -298,12 +390,12 @@ def limits_met(group: list) -> list:
     return met
 
 def check_door(file: Path, writing: bool) -> None:
-    """The file tools keep the wall's promises: no write in a .git, the agent's folder or Python."""
-    in_git = ".git" in file.relative_to(WORKDIR.resolve()).parts
-    read_only = [HERE, *pythons()]
-    if writing and (in_git or any(file.is_relative_to(folder) for folder in read_only)):
-        raise PermissionError(f"{file.name} is read-only: the history, the agent's own files and "
-                              "its Python are the user's")
+    """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
+    if writing:
+        roots = read_only_roots(gits_and_secrets(WORKDIR.resolve())[0])
+        if any(file.is_relative_to(root) for root in roots):
+            raise PermissionError(f"{file.name} is read-only: the history, the agent's own files "
+                                  "and its Python are the user's")
     if is_secret(file.name):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
 
@@ -317,7 +409,7 @@ def network_on() -> bool:
 @functools.cache
 def bwrap_problem() -> str | None:
     """Why the wall cannot go up here (no bubblewrap, macOS, some containers), or None."""
-    if platform.machine() not in SOCKET_CALLS:
+    if platform.machine() not in SYSTEM_CALLS:
         return f"the wall has no socket filter for {platform.machine()} machines"
     try:
         probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
@@ -329,19 +421,15 @@ def bwrap_problem() -> str | None:
 
 # -- fence 2: every file path stays inside the workspace ------------------------------------
 
-
 def safe_path(path: str) -> Path:
-    """Resolve a model-supplied path inside WORKDIR, or raise ValueError.
-
-    resolve() follows every symlink and `..`, so what is checked is where the
-    path really leads, not how it is spelled.
-    """
+    """Resolve a model-supplied path inside WORKDIR, or raise ValueError. resolve() follows every
+    symlink and `..`: what is checked is where the path really leads, not how it is spelled."""
     if "\0" in path:
         raise ValueError("the path contains a NUL byte")
     workspace = WORKDIR.resolve()
     try:
         target = (workspace / path).resolve()
-    except (OSError, RuntimeError) as error:  # a symlink loop, for one
+    except (OSError, RuntimeError) as error:  # a symlink loop, before Python 3.13
         raise ValueError(f"cannot resolve {path!r}: {error}") from None
     if not target.is_relative_to(workspace):  # compares whole parts: /work/app2 is not in /work/app
         raise ValueError(f"{path!r} is outside the workspace {workspace}")
@@ -617,8 +705,8 @@ def write_atomically(file: Path, text: str) -> None:
     temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
-            if target.exists():  # keep its permission bits: a script stays executable
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+            if target.exists():  # keep its permission bits (a script stays executable) but
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -813,7 +901,9 @@ def read_bash(line: str, i: int, depth: int, closer: str = "", mode: str = "code
     "heredoc" the body of a heredoc: in both, nothing but a $(...) runs."""
     if depth > MAX_DEPTH:
         raise ValueError(f"it nests $(...) more than {MAX_DEPTH} levels deep")
-    out, substitutions, heredocs, quoted, parens, braces = [], [], [], mode == "heredoc", 0, 0
+    out, substitutions, heredocs = [], [], []  # the text for shlex, the $(...)s, the <<s open
+    quoted = mode == "heredoc"  # inside "...", where ' and # are plain characters
+    parens = braces = 0  # ( ) inside a $(...); ${ } of a parameter
     while i < len(line):
         char, two = line[i], line[i:i + 2]
         in_code = mode == "code" and not quoted and braces == 0  # where # and << mean something
@@ -893,11 +983,16 @@ def unquote(raw: str) -> str:
     return "".join(shlex.split(raw)) if set(raw) & set("'\"\\") else raw
 
 def split_commands(text: str) -> list:
-    """The simple commands in scan's text: (words, files they write to, whether a pipe feeds them).
-    Operators such as ; | && ( ) separate them, and find's -exec starts one."""
-    commands, words, writes, target, piped, parens, array = [], [], [], "", False, 0, False
+    """The simple commands in read_bash's text: (words, files they write to, whether a pipe feeds
+    them). Operators such as ; | && ( ) separate them, and find's -exec starts one."""
+    commands, words, writes = [], [], []
+    target = ""  # "<" or ">" after a redirection: the next word is a file
+    piped = array = False  # a pipe feeds this command; inside an array's ( )
+    parens = 0
     tokens = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>\n")
-    tokens.whitespace, tokens.whitespace_split, tokens.commenters = " \t", True, ""
+    tokens.whitespace = " \t"  # a newline is an operator, as ; is
+    tokens.whitespace_split = True
+    tokens.commenters = ""  # read_bash took the comments out
     for token in [*tokens, ";"]:
         is_word = not set(token) <= set(";&|()<>\n") or token == ""  # '' is a word too
         if is_word or token in ("(", ")") and words[:1] == ["find"]:  # find . \( -name x \)
@@ -999,7 +1094,7 @@ turn_number = 0  # ...and your turn, counted by run_turn
 
 @contextlib.contextmanager
 def recorded(request: dict, **fields):
-    """Record a model call in TRANSCRIPT, also one that fails or is cut short (Ctrl-C, a signal)."""
+    """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -1109,9 +1204,10 @@ def main() -> int:
         WORKDIR = HERE / "play"
         WORKDIR.mkdir(exist_ok=True)
         print(dim(f"this is the agent's own folder, which it cannot change: it works in {WORKDIR}"))
-    if WORKDIR.resolve() in (Path("/"), Path.home().resolve()):
-        print(f"Not starting in {WORKDIR}: there the workspace would hold the whole system or your "
-              "home folder. Start the agent in a project folder.", file=sys.stderr)
+    if Path.home().resolve().is_relative_to(WORKDIR.resolve()):  # the home folder, /home, or /
+        print(f"Not starting in {WORKDIR}: the workspace would hold your home folder, whose "
+              "secrets the file tools would show; start the agent in a project folder.",
+              file=sys.stderr)
         return 2
     print(wall_state())
     save_transcript(None)  # can it be written? If not, it says so now and recording is off

@@ -601,13 +601,14 @@ def test_without_the_wall_the_start_up_line_says_that_no_command_will_run(user_e
     assert "No command will run: the wall cannot go up" in output and "\033[2m" not in output
 
 
-@pytest.mark.parametrize("folder", ["/", "home"])
-def test_the_stage_refuses_to_start_in_the_root_or_the_home_folder(folder, user_env, tmp_path, capsys):
-    """A workspace of / or of the home folder would make the workspace fence and the wall hold
-    nothing back: the stage says so and stops with status 2."""
-    home = tmp_path / "home"
-    home.mkdir()
-    start_in(user_env, Path("/") if folder == "/" else home, HOME=str(home))
+@pytest.mark.parametrize("folder", ["/", "home", "above home"])
+def test_the_stage_refuses_to_start_in_a_folder_that_holds_the_home_folder(folder, user_env, tmp_path, capsys):
+    """A workspace of /, of /home or of the home folder itself would make the workspace fence and
+    the wall hold nothing back (read_file would show alice/.ssh): the stage says so and stops."""
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    start = {"/": Path("/"), "home": home, "above home": home.parent}[folder]
+    start_in(user_env, start, HOME=str(home))
     assert s03_safety.main() == 2 and "Not starting in" in capsys.readouterr().err
 
 
@@ -635,6 +636,27 @@ def test_a_env_file_at_any_depth_reads_as_nothing_but_env_example_does(stage, sc
     command = "cat apps/api/.env apps/.env.production .env.example; grep -r SECRET ."
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "SECRET" not in content and "put-yours-here" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_the_wall_cannot_search_stops_the_command(stage, scripted, workspace):
+    """Before a command runs, the wall looks for every .env in the workspace. A folder it cannot
+    list (mode 311, for a user who does not own it; here, for root too, one deeper than a path can
+    be long) might hide one: the command is not run, and the result says why."""
+    folder = os.open(workspace, os.O_RDONLY)
+    for _ in range(20):  # 20 names of 250 characters: a path longer than Linux takes (4096)
+        os.mkdir("d" * 250, dir_fd=folder)
+        deeper = os.open("d" * 250, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = deeper
+    secret = os.open(".env", os.O_CREAT | os.O_WRONLY, dir_fd=folder)
+    os.write(secret, b"STRIPE_KEY=SECRET")
+    os.close(secret)
+    os.close(folder)
+    result = call_tool(stage, scripted, "bash", command="touch ran")
+    assert result["is_error"] and "cannot be searched" in result["content"]
+    assert not (workspace / "ran").exists()
 
 
 @needs_the_wall
@@ -777,6 +799,28 @@ def test_network_on_shares_the_network_but_not_the_unix_sockets(stage, scripted,
     assert "abstract not reached" in call_tool(stage, scripted, "bash", command=abstract)["content"]
 
 
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_pair_of_datagram_sockets_cannot_reach_a_socket_outside(stage, scripted, workspace):
+    """socketpair() makes Unix sockets without socket(), and a datagram one can still send to any
+    socket's file (sendto): a logger's, a service's. Inside the wall socket pairs are of streams
+    only, which stay connected to each other: they still work, and nothing reaches the service."""
+    service = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    service.bind(str(workspace / "service.sock"))
+    service.setblocking(False)
+    code = ("import socket\nsocket.socketpair()\nprint('stream pair made')\n"
+            "one, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+            "one.sendto(b'pwned', 'service.sock')\n")
+    received = b""
+    try:
+        content = call_tool(stage, scripted, "bash", command=f"python3 -c {shlex.quote(code)}")["content"]
+        with contextlib.suppress(BlockingIOError):  # nothing came
+            received = service.recv(64)
+    finally:
+        service.close()
+    assert "stream pair made" in content and received == b""
+
+
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 @pytest.mark.parametrize("network", ["", "on"])
 def test_the_system_prompt_says_whether_the_network_is_on(stage, network, monkeypatch):
@@ -838,6 +882,59 @@ def test_a_new_repository_keeps_its_own_hooks(stage, scripted, workspace):
     and .git/config for that command (the wall's heading says what that leaves to the user)."""
     call_tool(stage, scripted, "bash", command="mkdir -p .git/hooks && echo '[core]' > .git/config")
     assert (workspace / ".git/config").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_repository_kept_apart_from_its_pointer_is_read_only(stage, scripted, workspace):
+    """A .git may be a file that points elsewhere (`gitdir: ...`): git init --separate-git-dir
+    writes one, and so does a worktree, whose repository shares hooks and config with the main
+    one through `commondir`. What it points to is read-only, for commands and file tools alike."""
+    (workspace / "app").mkdir()
+    (workspace / "app" / ".git").write_text("gitdir: ../.app-git\n")  # --separate-git-dir
+    (workspace / ".app-git" / "hooks").mkdir(parents=True)
+    main = workspace / "project.git"  # a bare repository, with a worktree in tree/
+    (main / "hooks").mkdir(parents=True)
+    (main / "worktrees" / "tree").mkdir(parents=True)
+    (main / "worktrees" / "tree" / "commondir").write_text("../..\n")
+    (workspace / "tree").mkdir()
+    (workspace / "tree" / ".git").write_text(f"gitdir: {main / 'worktrees' / 'tree'}\n")
+    names = [".app-git/hooks/pre-commit", "project.git/hooks/pre-commit", "project.git/config"]
+    for name in names:
+        (workspace / name).write_text("as it was\n")
+    command = "; ".join(f"echo 'touch pwned' >> {name}" for name in names)
+    call_tool(stage, scripted, "bash", command=command)
+    for name in names:
+        assert call_tool(stage, scripted, "write_file", path=name, content="touch pwned")["is_error"]
+    assert [(workspace / name).read_text() for name in names] == ["as it was\n"] * len(names)
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_file_tools_do_not_write_through_a_git_that_is_a_link(stage, scripted, workspace):
+    """safe_path follows links, so `.git/hooks/pre-commit` through a .git that links to the real
+    folder names a file in that folder: the file tools refuse it all the same."""
+    (workspace / "repository" / "hooks").mkdir(parents=True)
+    (workspace / ".git").symlink_to(workspace / "repository")
+    result = call_tool(stage, scripted, "write_file", path=".git/hooks/pre-commit", content="touch pwned")
+    assert result["is_error"] and not (workspace / "repository" / "hooks" / "pre-commit").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_no_file_can_be_made_setuid_inside_the_wall(stage, scripted, workspace):
+    """A setuid file runs as its owner (root, for an agent run as root) whoever starts it, outside
+    the wall too. The wall's seccomp filter refuses such modes: chmod fails, and so does creating
+    a file with one. Here the file is a harmless text file, and it is removed at the end."""
+    (workspace / "plain.txt").write_text("harmless")
+    code = "import os; os.open('made.txt', os.O_CREAT | os.O_WRONLY, 0o4755)"
+    command = f"chmod 4755 plain.txt; chmod g+s plain.txt; python3 -c {shlex.quote(code)}"
+    try:
+        call_tool(stage, scripted, "bash", command=command)
+        special = [file.name for file in workspace.iterdir() if file.stat().st_mode & 0o6000]
+    finally:  # setuid or setgid (0o6000) never stays behind, even when the test fails
+        for file in workspace.iterdir():
+            file.unlink()
+    assert special == []
 
 
 def run_agent_in_its_own_folder(stage, tmp_path, command: str) -> subprocess.CompletedProcess:
