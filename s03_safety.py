@@ -278,7 +278,8 @@ def make_group() -> list:
     own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
     parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
     name = f"coding-agent-{os.getpid()}-{os.urandom(4).hex()}"
-    group, limited = [Path(parent, name) for parent in parents or ["/sys/fs/cgroup"]], set()
+    group = [Path(parent, name) for parent in parents or ["/sys/fs/cgroup"]]
+    limited = set()  # the controllers whose limit could be set
     with contextlib.suppress(OSError):  # not allowed here: then no cgroup
         for folder in group:
             folder.mkdir()
@@ -326,7 +327,6 @@ def check_door(file: Path, writing: bool) -> None:
                                   "and its Python are the user's")
     if is_secret(file.name):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
-
 
 def sandbox_off() -> bool:
     return os.environ.get("SANDBOX", "").lower() == "off"
