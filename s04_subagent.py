@@ -152,7 +152,7 @@ class Indented:
     def isatty(self) -> bool:
         return self.out.isatty()
 
-# -- new in s03: fences around the tools ------------------------------------------------------
+# -- from s03: fences around the tools -------------------------------------------------------
 # -- fence 1: the wall: the operating system confines every command ------------------------
 # Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
 # promises, each kept by a mechanism rather than a list of doors:
