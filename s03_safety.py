@@ -320,11 +320,11 @@ def limits_met(group: list) -> list:
 
 def check_door(file: Path, writing: bool) -> None:
     """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
-    if writing:
-        roots = read_only_roots(gits_and_secrets(WORKDIR.resolve())[0])
-        if any(file.is_relative_to(root) for root in roots):
-            raise PermissionError(f"{file.name} is read-only: the history, the agent's own files "
-                                  "and its Python are the user's")
+    roots = read_only_roots(gits_and_secrets(WORKDIR.resolve())[0]) if writing else []
+    covering = [root for root in [*roots, WORKDIR.resolve()] if file.is_relative_to(root)]
+    if covering and max(covering, key=lambda root: len(root.parts)) in roots:  # as mounts nest
+        raise PermissionError(f"{file.name} is read-only: the history, the agent's own files "
+                              "and its Python are the user's")
     if is_secret(file.name):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
 
@@ -1102,7 +1102,7 @@ def wall_state() -> str:
     if bwrap_problem():
         return f"No command will run: {NO_WALL.format(problem=bwrap_problem())}."
     network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on)"
-    return dim(f"the wall is on: read-only system and .git, this folder writable, {network}, "
+    return dim(f"the wall is on: read-only system and .git, the workspace writable, {network}, "
                "home hidden")
 
 def main() -> int:

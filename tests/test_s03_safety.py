@@ -994,6 +994,23 @@ def test_the_file_tools_cannot_change_git_or_the_agent_s_folder(stage, scripted,
     assert not call_tool(copy, scripted, "write_file", path="notes.txt", content="ok")["is_error"]
 
 
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_started_in_its_own_folder_the_agent_writes_in_play_with_every_tool(stage, scripted, tmp_path,
+                                                                            monkeypatch):
+    """Started in its own folder, the agent works in play/ inside it: the agent's folder is
+    read-only, but play/ is the workspace, so write_file and edit_file work there (as the wall's
+    mounts nest: the deepest one decides), and .git inside play/ is still read-only."""
+    copy = stage_copy(stage, tmp_path / "agent", monkeypatch)
+    play = tmp_path / "agent" / "play"
+    (play / ".git").mkdir(parents=True)
+    monkeypatch.setattr(copy, "WORKDIR", play)
+    assert not call_tool(copy, scripted, "write_file", path="hello.py", content="print(1)")["is_error"]
+    edited = call_tool(copy, scripted, "edit_file", path="hello.py", old_text="1", new_text="2")
+    assert not edited["is_error"] and (play / "hello.py").read_text() == "print(2)"
+    assert call_tool(copy, scripted, "write_file", path=".git/config", content="x")["is_error"]
+    assert not (play / ".git" / "config").exists()
+
+
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_python_the_stage_runs_on_is_read_only_inside_the_wall(stage, scripted, workspace, monkeypatch):
