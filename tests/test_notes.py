@@ -111,6 +111,7 @@ def printed(command: str) -> list:
     return [as_compared(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.slow  # runs each documented command as a process: seconds each (-m "" runs it)
 @pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
 def test_the_output_a_document_shows_is_what_its_command_prints(document):
     """A ```text block right after a ```sh command shows that command's output, figures included: each of its
