@@ -546,7 +546,7 @@ def operands(args: list) -> list:
     cut = args.index("--") if "--" in args else len(args)
     return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
 
-PLACES = INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM = (  # where a path leads, harmless first
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM = (  # where a path leads, as place() says
     "inside", "known when it runs", "outside the workspace", "the whole workspace",
     "the home folder", "system files")
 
