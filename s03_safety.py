@@ -965,7 +965,8 @@ def shorten(line: str, width: int = 120) -> str:
 
 def show_tool_call(block) -> None:
     arguments = block.input.values() if isinstance(block.input, dict) else [block.input]
-    print(dim(printable(f"> {block.name}: {shorten(' '.join(map(str, arguments)))}")))
+    shown = " ".join(map(str, arguments)).replace("\n", " ")  # one line, however long the input
+    print(dim(printable(f"> {block.name}: {shorten(shown)}")))
 
 def show_tool_result(result: dict) -> None:
     """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""

@@ -587,6 +587,15 @@ def test_the_user_sees_each_call_its_first_result_line_and_the_models_narration(
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_tool_call_is_shown_on_one_line(stage, scripted, capsys):
+    """A call's input may span many lines (a script, a file's content): the screen shows it on one
+    line, cut to a width, so the conversation stays readable."""
+    scripted(stage, [reply(tool("bash", command="echo one\necho two")), reply("done")])
+    stage.run_turn([], "go")
+    assert "> bash: echo one echo two\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripted, capsys):
     """A traceback starts with "Traceback (most recent call last):" and ends with the error: for a
     command that failed, the user sees the last lines (the model still gets all of them)."""
