@@ -102,6 +102,11 @@ TOOLS = [{
 # is a repository, or a .git pointer, that the agent creates. As root, a command reads what root
 # can read on the system (/etc/shadow). A .env committed to git's history reads through git. The
 # workspace's disk use as a whole is not bounded: only each file's size (fallocate passes even it).
+# The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
+# - socket_filter: a seccomp program that refuses Unix sockets and set-id modes (promises 3, 4).
+# - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
+# - gits_and_secrets, read_only_roots: the workspace searched for .git and .env (promises 2, 4).
+# - bwrap_problem: whether bubblewrap can start here at all; where it cannot, no command runs.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -112,25 +117,6 @@ IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
 # /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too.
 WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
         *IN_MEMORY, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
-SYSTEM_CALLS = {
-    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
-                            "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
-                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
-    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
-                             "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
-                             "fchmodat2": 452, "mknodat": 33}),
-}
-# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
-# open's flags, after which comes a mode that counts only when they create a file.
-MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
-           "mknodat": 2}
-FLAGS_AT = {"open": 1, "openat": 2}
-ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
-LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
-ALLOW, KILL = 0x7FFF0000, 0x80000000
-REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
            "set SANDBOX=off to run commands with only the filter in front of them")
 
@@ -166,157 +152,9 @@ def pythons() -> list:
     """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
     return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
-def read_only_roots(gits: list) -> list:
-    """What no command and no file tool may change, resolved: the agent's folder, its Python, and
-    each repository's real folder: its .git, where a `gitdir:` file points (a worktree, git init
-    --separate-git-dir), and the folder that one shares through `commondir`."""
-    folders = []
-    for git in gits:
-        folder = git.resolve()  # through a symlink too
-        folders.append(folder)
-        pointer = first_line(folder)
-        if pointer.startswith("gitdir:"):
-            folder = (git.parent / pointer.removeprefix("gitdir:").strip()).resolve()
-            folders.append(folder)
-        shared = first_line(folder / "commondir")
-        if shared:
-            folders.append((folder / shared).resolve())
-    # A pointer can name any folder: only the workspace's are mounted, so that none comes back
-    # from the hidden home folder; elsewhere the wall keeps them read-only or hidden already.
-    workspace = WORKDIR.resolve()
-    return [HERE, *pythons(), *[folder for folder in folders if folder.is_relative_to(workspace)]]
-
-def first_line(file: Path) -> str:
-    """The first line of a file git reads (a .git pointer, commondir), or "" if there is none.
-    A few KiB at most: a .git may be a link to a file without end (/proc/kcore)."""
-    if not file.is_file():
-        return ""
-    with file.open(errors="replace") as text:
-        return text.readline(4096).strip()
-
-def gits_and_secrets(workspace: Path) -> tuple:
-    """Every .git and .env file in the workspace, at any depth (skipping only inside a .git)."""
-    gits, env_files = [], []
-    for folder, subfolders, files in os.walk(workspace, onerror=cannot_search):
-        gits += [Path(folder, name) for name in [*subfolders, *files] if name == ".git"]
-        env_files += [Path(folder, name) for name in files if is_secret(name)]
-        subfolders[:] = [name for name in subfolders if name != ".git"]
-    return gits, env_files
-
-def cannot_search(error: OSError):
-    """os.walk calls this on a folder it cannot list, which may hide a .env: nothing runs then."""
-    raise PermissionError(f"{error.filename} cannot be searched for .env files ({error.strerror}):"
-                          " make it readable, or move it out of the workspace")
-
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc) keeps keys; .env.example is meant to be shared."""
     return name.startswith(".env") and name != ".env.example"
-
-def socket_filter() -> bytes:
-    """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
-    arch, calls = SYSTEM_CALLS[platform.machine()]
-    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
-                 if name in calls]  # aarch64 has only some
-    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
-             if name in calls]
-    program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
-        (LOAD, 4, None, None),  # the architecture the call was made for
-        (EQUAL, arch, "ours", None),
-        (ANSWER, KILL, None, None),  # 32-bit code, whose calls have other numbers: end the process
-        "ours",
-        (LOAD, 0, None, None),  # the number of the system call
-        (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
-        (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
-        (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
-        (EQUAL, calls["socket"], "socket", None),
-        (EQUAL, calls["socketpair"], "socketpair", None),
-        *sets_mode,
-        *opens,
-        (ANSWER, ALLOW, None, None),  # any other call
-        "socket",
-        (LOAD, ARGUMENTS[0], None, None),  # the family
-        (EQUAL, socket.AF_INET, "allow", None),
-        (EQUAL, socket.AF_INET6, "allow", None),
-        (EQUAL, socket.AF_NETLINK, "allow", "refuse"),  # getaddrinfo asks netlink for addresses
-        "socketpair",  # a pair of datagram sockets could still send to any socket's file
-        (LOAD, ARGUMENTS[1], None, None),  # the type
-        (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
-        (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
-    ]
-    for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
-        program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
-                    (ANY_OF, os.O_CREAT | os.O_TMPFILE, f"mode in {at + 1}", "allow")]
-    for at in (1, 2, 3):
-        program += [f"mode in {at}", (LOAD, ARGUMENTS[at], None, None),
-                    (ANY_OF, stat.S_ISUID | stat.S_ISGID, "refuse", "allow")]
-    program += ["allow", (ANSWER, ALLOW, None, None), "refuse", (ANSWER, REFUSE, None, None),
-                "no such call", (ANSWER, NO_SUCH_CALL, None, None)]
-    return assemble(program)
-
-def assemble(program: list) -> bytes:
-    """Classic BPF from lines (code, k, where to go if true, if false) and the labels between
-    them: a jump names a label further on (BPF jumps only forward); the code says lines to skip."""
-    lines, places = [], {}
-    for line in program:
-        if isinstance(line, str):
-            places[line] = len(lines)
-        else:
-            lines.append(line)
-    code = b""
-    for number, (op, k, if_true, if_false) in enumerate(lines):
-        skips = [places[label] - number - 1 if label else 0 for label in (if_true, if_false)]
-        code += struct.pack("HBBI", op, *skips, k)
-    return code
-
-def make_group() -> list:
-    """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
-    Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
-    limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
-              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
-    lines = Path("/proc/self/cgroup").read_text().splitlines()
-    own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
-    parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
-    name = f"coding-agent-{os.getpid()}-{os.urandom(4).hex()}"
-    group = [Path(parent, name) for parent in parents or ["/sys/fs/cgroup"]]
-    limited = set()  # the controllers whose limit could be set
-    with contextlib.suppress(OSError):  # not allowed here: then no cgroup
-        for folder in group:
-            folder.mkdir()
-            for limit, value in limits.items():
-                if (folder / limit).exists():
-                    (folder / limit).write_text(str(value))
-                    limited.add(limit.split(".")[0])
-    if limited == {"pids", "memory"}:
-        return group
-    remove_group(group)
-    return []
-
-def remove_group(group: list) -> None:
-    """Kill what is left in the command's cgroup (even what left its process group); remove it."""
-    for folder in group:
-        deadline = time.monotonic() + 5  # a killed process takes a moment to leave
-        while folder.exists() and time.monotonic() < deadline:
-            with contextlib.suppress(OSError):  # gone already; or the cgroup is not empty yet
-                for pid in (folder / "cgroup.procs").read_text().split():
-                    os.kill(int(pid), signal.SIGKILL)
-                folder.rmdir()
-                continue
-            time.sleep(0.01)
-
-def limits_met(group: list) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
-    memory = f"{MAX_MEMORY // 2**20} MiB of memory"
-    counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
-                "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
-    met = []
-    for folder in group:
-        for name, (key, limit) in counters.items():
-            with contextlib.suppress(OSError):  # each version has some of these files
-                counts = dict(line.split() for line in (folder / name).read_text().splitlines())
-                if counts.get(key, "0") != "0":
-                    met.append(limit)
-    return met
 
 def check_door(file: Path, writing: bool) -> None:
     """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
@@ -333,19 +171,6 @@ def sandbox_off() -> bool:
 
 def network_on() -> bool:
     return os.environ.get("NETWORK", "").lower() == "on"
-
-@functools.cache
-def bwrap_problem() -> str | None:
-    """Why the wall cannot go up here (no bubblewrap, macOS, some containers), or None."""
-    if platform.machine() not in SYSTEM_CALLS:
-        return f"the wall has no socket filter for {platform.machine()} machines"
-    try:
-        probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
-    except OSError as error:
-        return f"bubblewrap cannot start: {error.strerror}"
-    if probe.returncode:
-        return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
-    return None
 
 # -- fence 2: every file path stays inside the workspace ------------------------------------
 
@@ -807,6 +632,188 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
+# -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
+# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
+# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
+SYSTEM_CALLS = {
+    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
+                            "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
+                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
+    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
+                             "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
+                             "fchmodat2": 452, "mknodat": 33}),
+}
+# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
+# open's flags, after which comes a mode that counts only when they create a file.
+MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
+           "mknodat": 2}
+FLAGS_AT = {"open": 1, "openat": 2}
+ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
+LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
+
+def read_only_roots(gits: list) -> list:
+    """What no command and no file tool may change, resolved: the agent's folder, its Python, and
+    each repository's real folder: its .git, where a `gitdir:` file points (a worktree, git init
+    --separate-git-dir), and the folder that one shares through `commondir`."""
+    folders = []
+    for git in gits:
+        folder = git.resolve()  # through a symlink too
+        folders.append(folder)
+        pointer = first_line(folder)
+        if pointer.startswith("gitdir:"):
+            folder = (git.parent / pointer.removeprefix("gitdir:").strip()).resolve()
+            folders.append(folder)
+        shared = first_line(folder / "commondir")
+        if shared:
+            folders.append((folder / shared).resolve())
+    # A pointer can name any folder: only the workspace's are mounted, so that none comes back
+    # from the hidden home folder; elsewhere the wall keeps them read-only or hidden already.
+    workspace = WORKDIR.resolve()
+    return [HERE, *pythons(), *[folder for folder in folders if folder.is_relative_to(workspace)]]
+
+def first_line(file: Path) -> str:
+    """The first line of a file git reads (a .git pointer, commondir), or "" if there is none.
+    A few KiB at most: a .git may be a link to a file without end (/proc/kcore)."""
+    if not file.is_file():
+        return ""
+    with file.open(errors="replace") as text:
+        return text.readline(4096).strip()
+
+def gits_and_secrets(workspace: Path) -> tuple:
+    """Every .git and .env file in the workspace, at any depth (skipping only inside a .git)."""
+    gits, env_files = [], []
+    for folder, subfolders, files in os.walk(workspace, onerror=cannot_search):
+        gits += [Path(folder, name) for name in [*subfolders, *files] if name == ".git"]
+        env_files += [Path(folder, name) for name in files if is_secret(name)]
+        subfolders[:] = [name for name in subfolders if name != ".git"]
+    return gits, env_files
+
+def cannot_search(error: OSError):
+    """os.walk calls this on a folder it cannot list, which may hide a .env: nothing runs then."""
+    raise PermissionError(f"{error.filename} cannot be searched for .env files ({error.strerror}):"
+                          " make it readable, or move it out of the workspace")
+
+def socket_filter() -> bytes:
+    """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
+    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
+    arch, calls = SYSTEM_CALLS[platform.machine()]
+    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
+                 if name in calls]  # aarch64 has only some
+    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
+             if name in calls]
+    program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
+        (LOAD, 4, None, None),  # the architecture the call was made for
+        (EQUAL, arch, "ours", None),
+        (ANSWER, KILL, None, None),  # 32-bit code, whose calls have other numbers: end the process
+        "ours",
+        (LOAD, 0, None, None),  # the number of the system call
+        (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
+        (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
+        (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
+        (EQUAL, calls["socket"], "socket", None),
+        (EQUAL, calls["socketpair"], "socketpair", None),
+        *sets_mode,
+        *opens,
+        (ANSWER, ALLOW, None, None),  # any other call
+        "socket",
+        (LOAD, ARGUMENTS[0], None, None),  # the family
+        (EQUAL, socket.AF_INET, "allow", None),
+        (EQUAL, socket.AF_INET6, "allow", None),
+        (EQUAL, socket.AF_NETLINK, "allow", "refuse"),  # getaddrinfo asks netlink for addresses
+        "socketpair",  # a pair of datagram sockets could still send to any socket's file
+        (LOAD, ARGUMENTS[1], None, None),  # the type
+        (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
+        (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
+    ]
+    for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
+        program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
+                    (ANY_OF, os.O_CREAT | os.O_TMPFILE, f"mode in {at + 1}", "allow")]
+    for at in (1, 2, 3):
+        program += [f"mode in {at}", (LOAD, ARGUMENTS[at], None, None),
+                    (ANY_OF, stat.S_ISUID | stat.S_ISGID, "refuse", "allow")]
+    program += ["allow", (ANSWER, ALLOW, None, None), "refuse", (ANSWER, REFUSE, None, None),
+                "no such call", (ANSWER, NO_SUCH_CALL, None, None)]
+    return assemble(program)
+
+def assemble(program: list) -> bytes:
+    """Classic BPF from lines (code, k, where to go if true, if false) and the labels between
+    them: a jump names a label further on (BPF jumps only forward); the code says lines to skip."""
+    lines, places = [], {}
+    for line in program:
+        if isinstance(line, str):
+            places[line] = len(lines)
+        else:
+            lines.append(line)
+    code = b""
+    for number, (op, k, if_true, if_false) in enumerate(lines):
+        skips = [places[label] - number - 1 if label else 0 for label in (if_true, if_false)]
+        code += struct.pack("HBBI", op, *skips, k)
+    return code
+
+def make_group() -> list:
+    """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
+    Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
+    limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
+              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
+    parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
+    name = f"coding-agent-{os.getpid()}-{os.urandom(4).hex()}"
+    group = [Path(parent, name) for parent in parents or ["/sys/fs/cgroup"]]
+    limited = set()  # the controllers whose limit could be set
+    with contextlib.suppress(OSError):  # not allowed here: then no cgroup
+        for folder in group:
+            folder.mkdir()
+            for limit, value in limits.items():
+                if (folder / limit).exists():
+                    (folder / limit).write_text(str(value))
+                    limited.add(limit.split(".")[0])
+    if limited == {"pids", "memory"}:
+        return group
+    remove_group(group)
+    return []
+
+def remove_group(group: list) -> None:
+    """Kill what is left in the command's cgroup (even what left its process group); remove it."""
+    for folder in group:
+        deadline = time.monotonic() + 5  # a killed process takes a moment to leave
+        while folder.exists() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):  # gone already; or the cgroup is not empty yet
+                for pid in (folder / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+                folder.rmdir()
+                continue
+            time.sleep(0.01)
+
+def limits_met(group: list) -> list:
+    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
+    memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
+                "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
+    met = []
+    for folder in group:
+        for name, (key, limit) in counters.items():
+            with contextlib.suppress(OSError):  # each version has some of these files
+                counts = dict(line.split() for line in (folder / name).read_text().splitlines())
+                if counts.get(key, "0") != "0":
+                    met.append(limit)
+    return met
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why the wall cannot go up here (no bubblewrap, macOS, some containers), or None."""
+    if platform.machine() not in SYSTEM_CALLS:
+        return f"the wall has no socket filter for {platform.machine()} machines"
+    try:
+        probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
+    except OSError as error:
+        return f"bubblewrap cannot start: {error.strerror}"
+    if probe.returncode:
+        return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
+    return None
+
 # -- reading a command line as bash does, for the filter (fence 3) ------------------------------
 # read_bash("echo $(date) > x", 0, 0) gives the text f"echo {RUN_TIME} > x" and the code ["date"]:
 # shlex then splits the text into words and operators, and split_commands into simple commands.
