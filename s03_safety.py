@@ -498,7 +498,6 @@ def call_model(messages: list):
 TURN_ENDERS = {  # stop reasons after which the turn cannot go on
     "refusal": "the model declined this request (refusal); rephrase it and try again",
     "model_context_window_exceeded": "the conversation outgrew the context window; start anew",
-    None: "the reply stopped midway (the server closed the stream); check ANTHROPIC_BASE_URL",
 }
 
 def take_reply(messages: list, response) -> str | None:
@@ -612,6 +611,8 @@ def run_bash(command: str) -> str:
         output += f"\n(exit code {process.returncode})"
     if met and (stopped or process.returncode):
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
+    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
+        raise TimeoutError(output.strip())
     return output or "(no output)"
 
 TOOL_HANDLERS = {
@@ -1003,21 +1004,30 @@ def valid_utf8(text: str) -> str:
 def stream_reply(request: dict):
     """Send the request with the SDK's stream helper; print the text as it comes; return it all."""
     import anthropic  # loaded by make_client already
-    try:
-        with client.messages.stream(**request) as stream:
+    with client.messages.stream(**request) as stream:
+        try:
             for text in stream.text_stream:
                 print(printable(text), end="", flush=True)
             reply = stream.get_final_message()
-    except anthropic.APIError:
-        raise
-    # Mid-stream the SDK wraps no error: a timeout, a tool call's broken JSON, a body with no events
-    except Exception as error:  # noqa: BLE001
-        raise TurnFailed(f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)})"
-                         "; check ANTHROPIC_BASE_URL and MODEL_ID, or raise API_TIMEOUT for a slow "
-                         "server") from None
+        except anthropic.APIError:  # an error event in the stream: the server's own words
+            raise
+        except Exception as error:  # noqa: BLE001 - mid-stream the SDK wraps no error
+            raise TurnFailed(broke_off(error, stream.response.headers)) from None
     if text_of(reply.content):
         print()  # end the line the text streamed onto
+    if reply.stop_reason is None:  # the stream ended before the server said why the reply stopped
+        raise TurnFailed("the reply stopped midway: the server closed the stream before its end")
     return reply
+
+def broke_off(error: Exception, headers) -> str:
+    """Why a stream failed: the SDK says only "timed out", or asserts when no events came at all."""
+    sent = headers.get("content-type") or "no content type"
+    if not sent.startswith("text/event-stream"):
+        return (f"the server did not answer in the Messages API's format (it sent {sent}, not a "
+                "stream of events); check ANTHROPIC_BASE_URL")
+    slow = "Timeout" in type(error).__name__  # the HTTP library's ReadTimeout: a gap too long
+    hint = "raise API_TIMEOUT for a slow server" if slow else "check ANTHROPIC_BASE_URL, MODEL_ID"
+    return f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)}); {hint}"
 
 SESSION = os.urandom(4).hex()  # each transcript line names its run of the stage...
 turn_number = 0  # ...and your turn, counted by run_turn
@@ -1058,50 +1068,58 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
     if isinstance(error, anthropic.APIConnectionError):  # the error it chains says why
+        slow = isinstance(error, anthropic.APITimeoutError)  # not a refused port or unknown host
+        hint = ", or raise API_TIMEOUT for a slow server" if slow else ""
         return (f"API error: cannot reach {error.request.url} ({error.__cause__ or error}); "
-                "check ANTHROPIC_BASE_URL, or raise API_TIMEOUT for a slow server")
+                f"check ANTHROPIC_BASE_URL{hint}")
     if isinstance(error, anthropic.APIStatusError):
-        text = f"API error {error.status_code} ({server_said(error)}), request {error.request_id}"
-        if error.status_code in (400, 401, 403, 404):  # from a proxy too: a wrong setting
+        request = f", request {error.request_id}" if error.request_id else ""  # many servers: none
+        text = f"API error {error.status_code} ({server_said(error)}){request}"
+        if error.status_code in (401, 403, 404):  # a setting, from a proxy too; a 400: the request
             text += "; check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID"
         return text
     return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
 def server_said(error) -> str:
-    """The type and message of an error body (the oldest SDK allowed has no fields for them)."""
+    """The type and message of an error body (the oldest SDK allowed has no fields for them), or
+    the start of another body: a web page's words without its tags."""
     details = error.body.get("error") if isinstance(error.body, dict) else None
     if isinstance(details, dict):
         return f"{details.get('type')}: {details.get('message')}"
-    return shorten(error.response.text.strip(), 200) or "no message"
+    words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
+    return shorten(" ".join(words), 100) or "no message"
 
 MISSING_KEY = """\
-No API key: set ANTHROPIC_API_KEY, in the environment or in .env beside this script (copy
-.env.example to .env). For a compatible provider set ANTHROPIC_BASE_URL too; MODEL_ID picks the
-model. No key at all? `python tests/demo.py {stage}` runs this stage with a scripted model."""
+No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this script (copy
+.env.example). A compatible provider also needs ANTHROPIC_BASE_URL and MODEL_ID; a local server
+(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
 
 def make_client():
-    """The API client, or None without a key. (Imported here, the SDK delays no message.)"""
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        return None
+    """The API client. (Imported here, the SDK delays no message of main's checks.)"""
     import anthropic
-    hooks = {"request": [show_retry]}  # the HTTP client calls it before every try
+    hooks = {"request": [show_retry], "response": [answers.append]}  # called on each try
     return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
                                http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
+
+answers = []  # the HTTP client adds each answer it gets (see make_client)
 
 def show_retry(request) -> None:
     """The SDK retries by itself, silently, and numbers its tries in a header: say each retry."""
     retry = request.headers.get("x-stainless-retry-count", "0")
+    got = f"HTTP {answers[-1].status_code}" if answers else "no answer"  # the last try's answer
+    answers.clear()
     if retry != "0":
-        print(dim(f"(the last try failed; trying again, {retry} of {API_RETRIES})"), flush=True)
+        print(dim(f"(the last try got {got}; trying again, {retry} of {API_RETRIES})"), flush=True)
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
 
-def number_setting(name: str, default: int) -> int:
+def number_setting(name: str, default: int, least: int = 1) -> int:
+    """A whole number from the environment, or `default` if unset; one that cannot work stops."""
     value = os.environ.get(name, "").strip()
-    if value and not value.isdecimal():
-        print(f"{name}={value!r} is not a whole number; using {default}")
-    return int(value) if value.isdecimal() else default
+    if value and not (value.isdecimal() and int(value) >= least):
+        raise ValueError(f"{name}={value!r} cannot work: write a whole number, {least} or more")
+    return int(value) if value else default
 
 def wall_state() -> str:
     """One line at start-up: what the wall holds back, or why commands will not run."""
@@ -1109,7 +1127,7 @@ def wall_state() -> str:
         return dim("the wall is off (SANDBOX=off): only the filter stands in front of commands")
     if bwrap_problem():
         return f"No command will run: {NO_WALL.format(problem=bwrap_problem())}."
-    network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on)"
+    network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
     return dim(f"the wall is on: read-only system and .git, the workspace writable, {network}, "
                "home hidden")
 
@@ -1118,18 +1136,23 @@ def main() -> int:
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
-    API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
-    API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
-    MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
-    MAX_MODEL_CALLS = number_setting("MAX_MODEL_CALLS", MAX_MODEL_CALLS)
-    if not re.fullmatch(r"https?://[^/:]+(:[0-9]+)?(/.*)?", base_url()):  # http(s)://host:port
-        print(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as http://host:port "
-              "or https://host", file=sys.stderr)
+    try:  # a setting that cannot work is one line now, not a failure at each call
+        API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
+        API_RETRIES = number_setting("API_RETRIES", API_RETRIES, least=0)
+        MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
+        MAX_MODEL_CALLS = number_setting("MAX_MODEL_CALLS", MAX_MODEL_CALLS)
+        if not re.fullmatch(r"https?://[^/:]+(:[0-9]+)?(/.*)?", base_url()):  # http(s)://host:port
+            raise ValueError(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as "
+                             "http://host:port or https://host")
+        for name in ("SANDBOX", "NETWORK"):  # a typo such as SANDBOX=of must not pass unseen
+            if os.environ.get(name, "").lower() not in ("", "off", "on"):
+                raise ValueError(f"{name}={os.environ[name]!r} cannot work: write off or on")
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise ValueError(MISSING_KEY.format(stage=STAGE))
+    except ValueError as problem:
+        print(problem, file=sys.stderr)
         return 2
     client = make_client()
-    if client is None:
-        print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
-        return 2
     if WORKDIR.resolve().is_relative_to(HERE):  # the wall keeps the agent's own folder read-only
         WORKDIR = HERE / "play"
         WORKDIR.mkdir(exist_ok=True)
