@@ -228,11 +228,12 @@ def show_message_lists(messages: list, transcript: Path) -> None:
 
 
 def run_demo(short_name: str, wire: str = "", html: Path | None = None,
-             keep: Path | None = None) -> None:
+             keep: Path | None = None, page_is_kept: bool = True) -> None:
     """Play the stage's session: the real stage code, a scripted model, a throwaway workspace.
     The stage's own TRANSCRIPT feature records each call. `wire` prints the calls after each turn:
     "new" what each adds, "full" every request and reply whole. `html` writes a page of the run
-    (see tests/view.py); `keep` keeps a copy of the transcript."""
+    (see tests/view.py), and says where unless it is not kept; `keep` keeps a copy of the
+    transcript."""
     stage = importlib.import_module(STAGES[short_name])
     session = SESSIONS[short_name]
     print(f"=== {STAGES[short_name]}.py demo: the model is SCRIPTED (no API key, no network); the stage code is real ===")
@@ -262,7 +263,8 @@ def run_demo(short_name: str, wire: str = "", html: Path | None = None,
             shutil.copyfile(transcript, keep)
         if html:
             page = view.write_page(transcript, html)
-            print(f"\nThe picture of this run: {page} (open it in a browser)")
+            if page_is_kept:
+                print(f"\nThe picture of this run: {page} (open it in a browser)")
         elif short_name == "s04":
             print(f"\nSee this run as a page: python tests/demo.py {short_name} --html run.html")
     print("\n=== end of the scripted demo. With a key in .env, run the stage itself to talk to a real model. ===")
@@ -289,7 +291,7 @@ def main(argv: list) -> int:
         return 0
     with tempfile.TemporaryDirectory() as folder:  # a page is needed for the picture
         page = options.html or Path(folder) / "run.html"
-        run_demo(options.stage, options.wire, page)
+        run_demo(options.stage, options.wire, page, page_is_kept=page == options.html)
         problem = browser.screenshot_problem(page, options.png)
     if problem:
         print(problem, file=sys.stderr)
@@ -299,4 +301,8 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader left early (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        sys.exit(1)

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import demo
 import pytest
@@ -98,6 +99,29 @@ def test_the_html_option_writes_a_page_of_the_run(tmp_path, capsys):
     assert f"The picture of this run: {tmp_path / 'run.html'}" in capsys.readouterr().out
     page = (tmp_path / "run.html").read_text()
     assert page.count("data-call=") == page.count("data-bar=") == 5
+
+
+def test_output_into_a_pipe_that_closes_early_ends_quietly(tmp_path):
+    """`python tests/demo.py s01 --wire | head` closes the pipe after ten lines: the demo stops
+    without a BrokenPipeError traceback. (Here the pipe is closed before the first line.)"""
+    demo_run = subprocess.Popen([sys.executable, str(ROOT / "tests/demo.py"), "s01", "--wire"],
+                                cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    demo_run.stdout.close()  # as `head` does once it has its lines
+    errors = demo_run.stderr.read()
+    assert demo_run.wait(timeout=60) != 0
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+@pytest.mark.slow  # starts Chromium: seconds; CI runs it
+def test_a_picture_alone_names_no_page_that_is_gone(tmp_path, capsys):
+    """`--png x.png` without `--html` draws the page in a temporary folder: what the demo prints
+    names only files that are still there when it ends (the picture, not the deleted page)."""
+    code = demo.main(["s04", "--png", str(tmp_path / "x.png")])
+    out = capsys.readouterr().out
+    named = [Path(word.rstrip(".,)")) for word in out.split() if word.endswith((".png", ".html"))]
+    assert code == 0 and tmp_path / "x.png" in named
+    assert all(path.exists() for path in named if path.is_absolute()), out
 
 
 def test_the_demo_explains_its_usage(capsys):

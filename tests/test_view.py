@@ -319,6 +319,19 @@ def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
     assert "line 3 is not JSON" in page and "line 4 is not a JSON object" in page
 
 
+@pytest.mark.parametrize("text", ["# A README\n\nSome *prose*, then {braces}.\n", "", "[1, 2]\n"],
+                         ids=["prose", "empty", "json_but_no_call"])
+def test_the_viewer_refuses_a_file_that_is_not_a_transcript(text, tmp_path, capsys):
+    """`python tests/view.py README.md` once wrote a page of "not JSON" calls and said nothing was
+    wrong. A file in which no line is a model call is refused with the reason and status 2, and
+    no page is written."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert view.main([str(notes)]) == 2
+    assert str(notes) in capsys.readouterr().err
+    assert not (tmp_path / "notes.html").exists()
+
+
 def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
     """A transcript that does not exist gets one line and status 2, not a traceback."""
     assert view.main([str(tmp_path / "nowhere.jsonl")]) == 2
