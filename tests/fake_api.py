@@ -185,12 +185,15 @@ def text_pieces(message: dict, size: int = 16):
 
 
 class ScriptedStream:
-    """What `client.messages.stream(...)` returns, played from a script item."""
+    """What `client.messages.stream(...)` returns, played from a script item. As the SDK's, it
+    sends nothing until it is opened (`with ... as stream`): then the script plays its next item."""
 
-    def __init__(self, answer: dict):
-        self.answer = answer
+    def __init__(self, play):
+        self.play = play
+        self.answer = None
 
     def __enter__(self):
+        self.answer = self.play()
         return self
 
     def __exit__(self, *exc):
@@ -222,6 +225,9 @@ class ScriptedClient:
         return self.script.requests
 
     def stream(self, **request) -> ScriptedStream:
+        return ScriptedStream(lambda: self.answer(request))
+
+    def answer(self, request: dict) -> dict:
         answer = self.script.next_reply(as_json(request))
         odd = ("error_status", "silence", "plain_json", "hang_up")
         if any(key in answer for key in odd) or any("raw" in block for block in answer["content"]):
@@ -229,7 +235,7 @@ class ScriptedClient:
             # exception for it uses FakeAPI, where the real SDK makes that exception.
             raise AssertionError(f"ScriptedClient cannot act out {answer}; use FakeAPI")
         answer.pop("gate", None)
-        return ScriptedStream(answer)
+        return answer
 
 
 def sse_events(message: dict, gate: Gate | None = None):
