@@ -12,9 +12,10 @@ Key insight: context is the scarce resource. The parent hands a sub-task to a ch
 starts from nothing, runs through the same loop with the same fences, and gives back only a short
 summary, so the parent's context stays small however much the child read.
 
-Map: THE LESSON: the subagent (run_subagent), new here; then s03's fences, s02's tools and s01's
-loop (its pieces now take the tools, the system prompt and the cap as arguments); THE
-MACHINERY, to skip on a first reading: the screen, the wire, start-up (main).
+Map: THE LESSON: the subagent (run_subagent), new here; the loop's pieces it changes (agent_loop,
+call_model, take_reply, run_tool, dispatch: they take the tools, the system prompt and the cap),
+and system_prompt; then s03's fences, s02's tools and s01's loop, carried; THE MACHINERY, to skip
+on a first reading: the screen, the wire, start-up (main).
 """
 
 import collections
