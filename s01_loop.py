@@ -63,10 +63,9 @@ def call_model(messages: list):
         "max_tokens": MAX_TOKENS,
         "cache_control": {"type": "ephemeral"},  # each call re-sends the history: cache it
     }
-    with recorded(request) as call:  # in the transcript, whatever happens
-        call["response"] = stream_reply(request)
-    show_usage(call["response"].usage)
-    return call["response"]
+    response = stream_reply(client.messages.stream(**request), request)  # the API call
+    show_usage(response.usage)
+    return response
 
 TURN_ENDERS = {  # stop reasons after which the turn cannot go on
     "refusal": "the model declined this request (refusal); rephrase it and try again",
@@ -81,7 +80,7 @@ def take_reply(messages: list, response) -> str | None:
     add_reply(messages, response.content)
     calls = [block for block in response.content if block.type == "tool_use"]
     if stop == "max_tokens":
-        print(dim("(the reply was cut off at max_tokens)"))
+        show("(the reply was cut off at max_tokens)", grey=True)
     if stop == "max_tokens" and calls:  # a cut-off call may have lost arguments: never run it
         cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
         messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
@@ -95,15 +94,13 @@ def take_reply(messages: list, response) -> str | None:
 
 def run_turn(messages: list, user_text: str) -> None:
     """One turn. If it fails, it leaves the history (which so stays valid); the session goes on."""
-    global turn_number
-    turn_number += 1  # the transcript says which turn each call belongs to
     start = len(messages)
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
         agent_loop(messages)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
-        print(f"\n{printable(describe_error(error))}. The turn was dropped (files stay changed).")
+        show(f"\n{describe_error(error)}. The turn was dropped (files stay changed).")
 
 def add_reply(messages: list, content: list) -> None:
     """Without empty text blocks (the API rejects them), and not at all if empty."""
@@ -111,7 +108,7 @@ def add_reply(messages: list, content: list) -> None:
     if content:
         messages.append({"role": "assistant", "content": content})
     else:
-        print(dim("(the model sent an empty reply)"))
+        show("(the model sent an empty reply)", grey=True)
 
 def system_prompt() -> str:
     return valid_utf8(f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
@@ -161,14 +158,12 @@ def cap(text: str) -> str:
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 
-def dim(text: str) -> str:
-    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
-    grey = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    return f"\033[2m{text}\033[0m" if grey else text
-
-def printable(text: str) -> str:
-    """Control characters escaped: an escape sequence could set the terminal's title, say."""
-    return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
+def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
+    """All a stage prints, control characters escaped (an escape sequence can set the title)."""
+    text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
+    if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
+        text = f"\033[2m{text}\033[0m"
+    print(text, end=end, file=file, flush=True)  # file None: standard output
 
 def shorten(line: str, width: int = 120) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -176,16 +171,16 @@ def shorten(line: str, width: int = 120) -> str:
 def show_tool_call(block) -> None:
     arguments = block.input.values() if isinstance(block.input, dict) else [block.input]
     shown = " ".join(map(str, arguments)).replace("\n", " ")  # one line, however long the input
-    print(dim(printable(f"> {block.name}: {shorten(shown)}")))
+    show(f"> {block.name}: {shorten(shown)}", grey=True)
 
 def show_tool_result(result: dict) -> None:
     """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""
     lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
     failed = result["is_error"] or lines[-1].startswith("(exit code")
     for line in lines[-3:] if failed else lines[:1]:
-        print(dim(printable(f"  {shorten(line)}")))
+        show(f"  {shorten(line)}", grey=True)
     if len(lines) > 1:
-        print(dim(f"  ({len(lines)} lines in all)"))
+        show(f"  ({len(lines)} lines in all)", grey=True)
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""
@@ -193,8 +188,8 @@ def context_tokens(usage) -> int:
     return usage.input_tokens + cached
 
 def show_usage(usage) -> None:
-    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,}"
-              f" read from cache; output {usage.output_tokens:,}]"))
+    show(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read "
+         f"from cache; output {usage.output_tokens:,}]", grey=True)
 
 def text_of(content) -> str:
     return "\n".join(block.text for block in content if block.type == "text")
@@ -203,23 +198,23 @@ def valid_utf8(text: str) -> str:
     """Python keeps bytes that are not UTF-8 as lone surrogates, which the API cannot take."""
     return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
-def stream_reply(request: dict):
-    """Send the request with the SDK's stream helper; print the text as it comes; return it all."""
+def stream_reply(stream, request: dict, **fields):
+    """Open the stream (the SDK sends the request then), show its text as it comes, record it."""
     import anthropic  # loaded by make_client already
-    with client.messages.stream(**request) as stream:
+    with recorded(request, **fields) as call, stream as events:
         try:
-            for text in stream.text_stream:
-                print(printable(text), end="", flush=True)
-            reply = stream.get_final_message()
+            for text in events.text_stream:
+                show(text, end="")
+            call["response"] = events.get_final_message()
         except anthropic.APIError:  # an error event in the stream: the server's own words
             raise
         except Exception as error:  # noqa: BLE001 - mid-stream the SDK wraps no error
-            raise TurnFailed(broke_off(error, stream.response.headers)) from None
-    if text_of(reply.content):
-        print()  # end the line the text streamed onto
-    if reply.stop_reason is None:  # the stream ended before the server said why the reply stopped
-        raise TurnFailed("the reply stopped midway: the server closed the stream before its end")
-    return reply
+            raise TurnFailed(broke_off(error, events.response.headers)) from None
+        if text_of(call["response"].content):
+            show("")  # end the line the text streamed onto
+        if call["response"].stop_reason is None:  # the stream ended before its stop reason
+            raise TurnFailed("the reply stopped midway (the server closed the stream)")
+    return call["response"]
 
 def broke_off(error: Exception, headers) -> str:
     """Why a stream failed: the SDK says only "timed out", or asserts when no events came at all."""
@@ -232,11 +227,14 @@ def broke_off(error: Exception, headers) -> str:
     return f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)}); {hint}"
 
 SESSION = os.urandom(4).hex()  # each transcript line names its run of the stage...
-turn_number = 0  # ...and your turn, counted by run_turn
+turn_number = 0  # ...and your turn, counted here
 
 @contextlib.contextmanager
 def recorded(request: dict, **fields):
     """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
+    global turn_number
+    if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
+        turn_number += 1  # the parent's history ends with what you typed: your next turn begins
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -262,7 +260,7 @@ def save_transcript(line: dict | None) -> None:
                     mode="json", exclude_none=True)) + "\n")
     except OSError as error:
         del os.environ["TRANSCRIPT"]
-        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
+        show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
 
 def describe_error(error: BaseException) -> str:
     """What ended a turn (or a model call), in one line naming the setting to check."""
@@ -311,7 +309,7 @@ def show_retry(request) -> None:
     got = f"HTTP {answers[-1].status_code}" if answers else "no answer"  # the last try's answer
     answers.clear()
     if retry != "0":
-        print(dim(f"(the last try got {got}; trying again, {retry} of {API_RETRIES})"), flush=True)
+        show(f"(the last try got {got}; trying again, {retry} of {API_RETRIES})", grey=True)
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
@@ -339,11 +337,12 @@ def main() -> int:
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise ValueError(MISSING_KEY.format(stage=STAGE))
     except ValueError as problem:
-        print(problem, file=sys.stderr)
+        show(str(problem), file=sys.stderr)
         return 2
     client = make_client()
     save_transcript(None)  # can it be written? If not, it says so now and recording is off
-    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {base_url().rstrip('/')}"))
+    model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
+    show(f"model {model} at {base_url().rstrip('/')}", grey=True)
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # input() gets line editing; Up recalls earlier lines
@@ -352,17 +351,17 @@ def main() -> int:
         try:
             user_text = input(PROMPT)
         except EOFError:
-            print()
+            show("")
             return 0
         except KeyboardInterrupt:
-            print()
+            show("")
             readline = sys.modules.get("readline")  # it holds what was typed
             if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:
                 return 0
             else:  # on an empty line it asks once before leaving
-                print(dim("(press Ctrl-C again or type q to leave)"))
+                show("(press Ctrl-C again or type q to leave)", grey=True)
                 warned = True
             continue
         warned = False

@@ -76,7 +76,7 @@ SESSIONS = {
                   "of a query. storage.py: saves and loads notes as JSON files."),
             # back in the parent
             reply("src/ is a small notes app: cli.py is the command line, search.py finds notes by words, and "
-                  "storage.py keeps them as JSON. Its context grew only by that summary."),
+                  "storage.py keeps them as JSON."),
         ]),
     ],
 }
@@ -227,6 +227,19 @@ def show_message_lists(messages: list, transcript: Path) -> None:
         print("   ".join(f"{cell:<38}" for cell in row).rstrip())
 
 
+def show_parent_growth(transcript: Path) -> None:
+    """What the parent's context grew by from its first call to its second, and of what: its own
+    reply (its text and the task call) and the task's result, the child's summary."""
+    [parent, *_] = view.build_lanes(view.read_calls(transcript.read_text().splitlines()))
+    first, second = parent["calls"][:2]
+    reply, result = view.messages_of(second)[len(view.messages_of(first)):]
+    grew = view.context_size(second) - view.context_size(first)
+    print(f"\nThe parent's context grew by {grew:,} tokens from its first call to its second, of which")
+    print(f"  ~{estimate_tokens(reply):,} are its own reply (its text and the task call)")
+    print(f"  ~{estimate_tokens(result):,} are the task's result (the child's summary)")
+    print("and none are the child's reading.")
+
+
 def run_demo(short_name: str, wire: str = "", html: Path | None = None,
              keep: Path | None = None, page_is_kept: bool = True) -> None:
     """Play the stage's session: the real stage code, a scripted model, a throwaway workspace.
@@ -259,6 +272,7 @@ def run_demo(short_name: str, wire: str = "", html: Path | None = None,
                 os.environ["TRANSCRIPT"] = user_transcript
         if short_name == "s04":
             show_message_lists(messages, transcript)
+            show_parent_growth(transcript)
         if keep:
             shutil.copyfile(transcript, keep)
         if html:

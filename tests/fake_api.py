@@ -215,12 +215,15 @@ def text_pieces(message: dict, size: int = 16):
 
 
 class ScriptedStream:
-    """What `client.messages.stream(...)` returns, played from a script item."""
+    """What `client.messages.stream(...)` returns, played from a script item. As the SDK's, it
+    sends nothing until it is opened (`with ... as stream`): then the script plays its next item."""
 
-    def __init__(self, answer: dict):
-        self.answer = answer
+    def __init__(self, play):
+        self.play = play
+        self.answer = None
 
     def __enter__(self):
+        self.answer = self.play()
         return self
 
     def __exit__(self, *exc):
@@ -252,6 +255,9 @@ class ScriptedClient:
         return self.script.requests
 
     def stream(self, **request) -> ScriptedStream:
+        return ScriptedStream(lambda: self.answer(request))
+
+    def answer(self, request: dict) -> dict:
         answer = self.script.next_reply(as_json(request))
         if "error_status" in answer:  # what the SDK raises for it (the history check's 400 too)
             raise status_error(answer)
@@ -260,7 +266,7 @@ class ScriptedClient:
             # A test that wants what the SDK makes of such an answer uses FakeAPI.
             raise AssertionError(f"ScriptedClient cannot act out {answer}; use FakeAPI")
         answer.pop("gate", None)
-        return ScriptedStream(answer)
+        return answer
 
 
 def sse_events(message: dict, gate: Gate | None = None):

@@ -1,5 +1,6 @@
 """The offline demo: every stage runs for real against a scripted model, with no key."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,24 @@ def test_the_s04_demo_shows_the_parents_context_staying_small(capsys):
     parent_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     sizes = context_sizes("\n".join(parent_lines))
     assert len(sizes) == 2 and sizes[1] - sizes[0] < 300
+
+
+def test_the_s04_demo_says_what_the_parents_context_grew_by(capsys):
+    """Between the parent's two calls, its context grows by its own reply (its text and the task
+    call) and by the task's result, which holds the child's summary. The demo counts both: they
+    are the parent's messages 2 and 3 in its table, and they add up to the growth its usage lines
+    show, but for the punctuation between messages."""
+    assert demo.main(["s04"]) == 0
+    out = capsys.readouterr().out
+    sizes = context_sizes("\n".join(line for line in out.splitlines() if line.startswith("[")))
+    said = re.search(r"grew by ([\d,]+) tokens.*?~([\d,]+) are its own reply.*?~([\d,]+) are the task's",
+                     out, re.DOTALL)
+    grew, own_reply, result = [int(figure.replace(",", "")) for figure in said.groups()]
+    assert grew == sizes[1] - sizes[0]
+    assert 0 <= grew - (own_reply + result) <= 5
+    table = out.split("=== the message lists at the end")[1].splitlines()
+    parent_rows = {row[:2].strip(): row[:38].split()[-1] for row in table if row[:2].strip().isdigit()}
+    assert parent_rows["2"] == str(own_reply) and parent_rows["3"] == str(result)
 
 
 def test_the_documented_demo_command_works_with_no_key(tmp_path):

@@ -1,5 +1,6 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
+import ast
 import contextlib
 import io
 import json
@@ -811,6 +812,28 @@ def test_control_characters_in_output_are_shown_escaped_never_sent_to_the_termin
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]0;taken over\\x07" in out and "Done \\x1b[2J." in out
     assert "\x1b]0;taken over" in tool_results(model.requests[1])[0]["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_tool_name_with_an_escape_sequence_is_shown_escaped(stage, scripted, capsys):
+    """The model names its tools too: a made-up name holding an escape sequence (here one that
+    sets the terminal's title) reaches the screen escaped, in the call's line and in its error."""
+    scripted(stage, [reply(tool("\x1b]0;taken over\x07")), reply("Sorry.")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;taken over\\x07" in out
+
+
+@pytest.mark.parametrize("stage_name", STAGE_NAMES)
+def test_every_line_a_stage_prints_goes_through_show(stage_name):
+    """One place where text reaches the screen: only show() calls print(), so no line of output,
+    today's or one added later, can skip the escaping of control characters."""
+    tree = ast.parse((ROOT / f"{stage_name}.py").read_text())
+    printing = {function.name for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"}
+    assert printing == {"show"}
 
 
 def test_a_stage_started_without_its_packages_says_to_activate_the_virtual_environment(tmp_path):
