@@ -282,12 +282,9 @@ def run_tool(block) -> dict:
     return result
 
 def run_bash(command: str) -> str:
-    """Run a shell command in WORKDIR; return its output and any failure."""
-    try:
-        done = subprocess.run(["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"timed out after {BASH_TIMEOUT}s") from None
+    """Run a shell command in WORKDIR; return its output and how it failed (a timeout raises)."""
+    done = subprocess.run(["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     output = done.stdout.decode(errors="replace")
     if done.returncode != 0:
         output += f"\n(exit code {done.returncode})"
@@ -435,8 +432,7 @@ def describe_error(error: BaseException) -> str:
     return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
 def server_said(error) -> str:
-    """The type and message of an error body (the oldest SDK allowed has no fields for them), or
-    the start of another body: a web page's words without its tags."""
+    """An error body's type and message (old SDKs lack fields for them), or a page's words."""
     details = error.body.get("error") if isinstance(error.body, dict) else None
     if isinstance(details, dict):
         return f"{details.get('type')}: {details.get('message')}"

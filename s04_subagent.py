@@ -1168,8 +1168,7 @@ def describe_error(error: BaseException) -> str:
     return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
 def server_said(error) -> str:
-    """The type and message of an error body (the oldest SDK allowed has no fields for them), or
-    the start of another body: a web page's words without its tags."""
+    """An error body's type and message (old SDKs lack fields for them), or a page's words."""
     details = error.body.get("error") if isinstance(error.body, dict) else None
     if isinstance(details, dict):
         return f"{details.get('type')}: {details.get('message')}"
