@@ -726,6 +726,9 @@ def test_every_line_a_stage_prints_goes_through_show(stage_name):
                 for node in ast.walk(function)
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"}
     assert printing == {"show"}
+    written = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr == "write" and ast.unparse(node.value) in ("sys.stdout", "sys.stderr")]
+    assert not written, "the screen is written to past show()"
 
 
 def test_a_stage_started_without_its_packages_says_to_activate_the_virtual_environment(tmp_path):
