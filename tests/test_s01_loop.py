@@ -1030,6 +1030,23 @@ def test_a_failed_call_is_in_the_transcript_with_its_error(stage, scripted, tmp_
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_dropped_turn_keeps_its_number_and_the_next_turn_gets_the_next(stage, scripted, tmp_path,
+                                                                          monkeypatch):
+    """Your turns are counted by the calls that open them (a call whose history ends with what you
+    typed), not by the history: a turn that was dropped from it still had its number."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(stage, "turn_number", 0)
+    with FakeAPI([api_error(500, "try later"), reply("here")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+    assert [line["turn"] for line in read_transcript(transcript)] == [1, 2]
+    assert len(messages) == 2, "turn one was dropped from the history"
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(
         stage, scripted, tmp_path, monkeypatch):
     """Each line also carries "time" (when the call started, ISO 8601 UTC), "seconds" (how long it
