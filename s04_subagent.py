@@ -1046,7 +1046,7 @@ def split_commands(text: str) -> list:
 
 
 def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
-    """All a stage prints, control characters escaped (an escape sequence can set the title)."""
+    """All a stage prints, control characters escaped: an escape sequence can drive the terminal."""
     text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
     if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
         text = f"\033[2m{text}\033[0m"

@@ -834,6 +834,9 @@ def test_every_line_a_stage_prints_goes_through_show(stage_name):
                 for node in ast.walk(function)
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"}
     assert printing == {"show"}
+    written = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr == "write" and ast.unparse(node.value) in ("sys.stdout", "sys.stderr")]
+    assert not written, "the screen is written to past show()"
 
 
 def test_a_stage_started_without_its_packages_says_to_activate_the_virtual_environment(tmp_path):
@@ -1159,6 +1162,23 @@ def test_a_failed_call_is_in_the_transcript_with_its_error(stage, scripted, tmp_
     [line] = read_transcript(transcript)
     assert line["request"]["messages"][0]["content"] == "go" and line["response"] is None
     assert line["error"].startswith("API error 400 (api_error: bad request)")
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_dropped_turn_keeps_its_number_and_the_next_turn_gets_the_next(stage, scripted, tmp_path,
+                                                                          monkeypatch):
+    """Your turns are counted by the calls that open them (a call whose history ends with what you
+    typed), not by the history: a turn that was dropped from it still had its number."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(stage, "turn_number", 0)
+    with FakeAPI([api_error(500, "try later"), reply("here")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+    assert [line["turn"] for line in read_transcript(transcript)] == [1, 2]
+    assert len(messages) == 2, "turn one was dropped from the history"
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
