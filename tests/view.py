@@ -313,7 +313,7 @@ def mark_cut_short(calls: list) -> None:
         if opening:
             last_of[opening["number"]] = (opening, call)
     for opening, last in last_of.values():
-        if last["response"] is None:
+        if last["response"] is None or last["error"]:  # a reply cut off midway has both
             opening["cut_short"] = str(last["error"] or "the call failed, with no reply")
         elif ends_turn(last):
             opening["cut_short"] = f"stop_reason: {last['response'].get('stop_reason')}"
@@ -493,6 +493,11 @@ def render_reply(call: dict, lanes: list, tool_names: dict) -> str:
         f"{usage['cache_read_input_tokens']:,} from cache; output {usage['output_tokens']:,}</span>"
     )
     blocks = "".join(render_block(block, lanes, tool_names) for block in reply_blocks(call))
+    if call["error"]:  # the reply came, then the call failed (the stream was cut off)
+        blocks += (
+            f'<div class="reply failed"><div class="part">then the call failed</div>'
+            f"<pre>{shown(str(call['error']))}</pre></div>"
+        )
     return f'<div class="reply"><div class="part">reply {summary}</div>{blocks}</div>'
 
 
