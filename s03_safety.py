@@ -1020,8 +1020,8 @@ def broke_off(error: Exception, headers) -> str:
     """Why a stream failed: the SDK says only "timed out", or asserts when no events came at all."""
     sent = headers.get("content-type") or "no content type"
     if not sent.startswith("text/event-stream"):
-        return (f"the server did not answer in the Messages API's format (it sent {sent}, not a "
-                "stream of events); check ANTHROPIC_BASE_URL")
+        return (f"the server did not answer with the Messages API's stream of events (it sent "
+                f"{sent}); check ANTHROPIC_BASE_URL")
     slow = "Timeout" in type(error).__name__  # the HTTP library's ReadTimeout: a gap too long
     hint = "raise API_TIMEOUT for a slow server" if slow else "check ANTHROPIC_BASE_URL, MODEL_ID"
     return f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)}); {hint}"
@@ -1094,7 +1094,7 @@ No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this scr
 (see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
 
 def make_client():
-    """The API client. (Imported here, the SDK delays no message of main's checks.)"""
+    """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
     import anthropic
     hooks = {"request": [show_retry], "response": [answers.append]}  # called on each try
     return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
