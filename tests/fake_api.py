@@ -15,7 +15,8 @@ A script is a list of what the model does next, one item per model call:
 Two ways to serve a script, both streaming the reply as the API does:
 - `ScriptedClient(script)` stands in for `anthropic.Anthropic()` inside the test
   process: `client.messages.stream(...)` yields the reply's text in pieces, then
-  gives a real `anthropic.types.Message`.
+  gives a real `anthropic.types.Message`; an `api_error` (the history check's 400 too) raises
+  the SDK's own `APIStatusError`, as the real client does.
 - `FakeAPI(script)` is a local HTTP server speaking the Messages API, with server-sent
   events when asked to stream, so the real SDK (and a stage run as a subprocess) talks
   to it through `ANTHROPIC_BASE_URL`.
