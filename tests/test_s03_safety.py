@@ -314,7 +314,7 @@ LEFT_TO_THE_WALL = {
     "aliases are not expanded in a shell that is not interactive: ls runs ls": ["alias ls='sudo reboot'; ls"],
 }
 
-KNOWN_GAPS = {  # exercises: each is refused by a filter that reads a little more of bash
+KNOWN_GAPS = {  # each would be refused by a filter that reads a little more of bash
     "brace expansion in paths": ["rm -rf {x,~}", "find {/etc,.} -delete", "echo x > {/etc/hosts,}"],
     "the whole workspace deleted by find, or its history": ["find . -delete", "find . -mindepth 1 -delete",
                                                             "rm -rf .git"],
@@ -356,8 +356,8 @@ def test_what_only_the_running_command_knows_is_left_to_the_wall(stage, command,
                                      for group, commands in KNOWN_GAPS.items() for command in commands])
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_known_gaps_of_the_filter(stage, command, project):
-    """Exercise: these slip past the filter today (the wall still confines them). Make one pass
-    without making any test above fail, and without growing the filter by more than a few lines."""
+    """Known gaps: these slip past the filter today (the wall still confines them). Strict: the day
+    the filter catches one, this test fails, to say that it belongs in REFUSED."""
     assert stage.check_command(command)
 
 
