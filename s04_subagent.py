@@ -282,7 +282,7 @@ RUNNERS = {  # programs that run another: (their options that take a value, oper
     "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0), "exec": ({"-a"}, 0),
     "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
     "stdbuf": ({"-i", "-o", "-e"}, 0), "ionice": ({"-c", "-n"}, 0), "chroot": (set(), 1),
-    **dict.fromkeys(["nohup", "setsid", "coproc", "busybox", "toybox", "!"], (set(), 0))}  # time !
+    **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
 INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
 INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
@@ -991,8 +991,8 @@ def parse(source: bytes):
 
 def misread(node, source: bytes) -> bool:
     """Where tree-sitter and bash part (found by review): a # that bash reads as part of a word
-    (echo \\ #), a heredoc that bash ends on another line, an empty { }, a file descriptor that
-    the tree takes for an argument (bash 0<<<'code')."""
+    (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an empty
+    { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
     if node.type == "comment":
         before = source[max(node.start_byte - 2, 0):node.start_byte]
         return before[-1:] not in b"\n \t;&|()<>" or before[:1] == b"\\"
@@ -1002,6 +1002,8 @@ def misread(node, source: bytes) -> bool:
         line = source[line_start:line_end].decode(errors="replace")
         opener, start = node.parent.children[0].type, node.parent.children[1].text.decode()
         return (line.lstrip("\t") if opener == "<<-" else line) != "".join(shlex.split(start))
+    if node.type == "command_substitution" and node.text[:1] == b"`":  # `a \`b\``: b runs too
+        return b"\\`" in node.text
     after = node.next_sibling
     if node.type == "number" and after:
         return "redirect" in after.type and after.start_byte == node.end_byte

@@ -231,7 +231,8 @@ REFUSED = {
         'cp x ~/.bashrc'],
     'read by the parser as bash reads it': ['echo "$(case x in a) sudo ls;; esac)"', 'coproc x { sudo reboot; }',
         'rm -rf 2>/dev/null /etc', 'rm -rf > /dev/null ~', "bash <<<'echo hi' 0<<<'sudo reboot'",
-        'for f in a; do sudo rm "$f"; done', 'if [[ -d x ]]; then reboot; fi', 'echo $(( $(sudo id -u) + 1 ))'],
+        'for f in a; do sudo rm "$f"; done', 'if [[ -d x ]]; then reboot; fi', 'echo $(( $(sudo id -u) + 1 ))',
+        'echo `echo \\`sudo id\\``', "builtin eval 'sudo ls'", 'echo ${x:-$(sudo id)}'],
     'no longer left to the wall or missed': ['X=sudo; $X ls', 'cp -t /etc evil', "env -S 'sudo reboot'"],
 }
 
