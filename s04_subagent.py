@@ -338,12 +338,6 @@ def check_script(text: str, depth: int) -> str | None:
         return f"the filter cannot read this command ({unreadable}); write it plainly or in a file"
     return None
 
-def known(word: str, variables: dict) -> list:
-    """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
-    name = word.strip("${}")
-    is_set = re.fullmatch(r"\$\{?\w+\}?", word) and name in variables
-    return variables[name].split() if is_set else [word]
-
 def check_words(words: list, piped: bool, depth: int) -> str | None:
     """Judge one simple command by its program, then by the rules for its arguments."""
     program, args = (words or [""])[0], words[1:]
@@ -1048,6 +1042,12 @@ def assignment(node) -> dict:
     literal = value is None or value.type in ("word", "raw_string", "number") or quoted and all(
         part.type == "string_content" for part in value.named_children)
     return {name: word_of(value) if value else ""} if literal else {name: "$" + name}  # unknown
+
+def known(word: str, variables: dict) -> list:
+    """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
+    name = word.strip("${}")
+    is_set = re.fullmatch(r"\$\{?\w+\}?", word) and name in variables
+    return variables[name].split() if is_set else [word]
 
 def fed_by_a_pipe(node) -> bool:
     """Is the command's input a pipe: not first in a pipeline, or in a ( ) or { } that is?"""
