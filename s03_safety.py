@@ -960,10 +960,8 @@ def assignment(node) -> dict:
     if node.parent.type == "command":
         return {}
     name, value = word_of(node.child_by_field_name("name")), node.child_by_field_name("value")
-    quoted = value and value.type == "string"  # "..." with nothing in it to expand
-    literal = value is None or value.type in ("word", "raw_string", "number") or quoted and all(
-        part.type == "string_content" for part in value.named_children)
-    return {name: word_of(value) if value else ""} if literal else {name: "$" + name}  # unknown
+    text = word_of(value) if value else ""
+    return {name: text if "$" not in text else "$" + name}  # "$" + name: not known
 
 def known(word: str, variables: dict) -> list:
     """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
