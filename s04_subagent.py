@@ -276,7 +276,7 @@ REFUSED_PROGRAMS = {
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
     **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred", "fdisk", "sfdisk",
                      "parted"], "erases or repartitions a disk")}
-RUNNERS = {  # programs that run another: (their options that take a value, operands before it)
+RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
     "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0),
     "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "time": ({"-f", "-o"}, 0),
     "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0), "exec": ({"-a"}, 0),
@@ -291,7 +291,7 @@ POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"
 DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
          "/dev/mapper/", "/dev/md", "/dev/loop")  # given to anything but a reader: refused
 DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
-                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}
+                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they change nothing
 RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
                "srv", "sys", "usr", "var", "Users", "System", "Library"}
