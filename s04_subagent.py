@@ -291,7 +291,7 @@ POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"
 DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
          "/dev/mapper/", "/dev/md", "/dev/loop")  # given to anything but a reader: refused
 DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
-                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they change nothing
+                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they only read
 RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
                "srv", "sys", "usr", "var", "Users", "System", "Library"}
