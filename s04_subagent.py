@@ -939,7 +939,7 @@ def bwrap_problem() -> str | None:
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
-# nodes_in(tree) gives every node in the order bash reads them, with the function around it;
+# nodes_in(text) gives every node in the order bash reads them, with the function around it;
 # words_of(command) the words bash makes of a command's name and arguments, unexpanded.
 
 @functools.cache
@@ -957,7 +957,8 @@ def nodes_in(text: str):
     stack = [(parse(source).root_node, "")]
     while stack:
         node, function = stack.pop()
-        read_write = node.is_error and node.text == b">" and node.prev_sibling.type == "<"  # <>
+        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
+        read_write = node.is_error and node.text == b">" and after_a_less  # 3<>file
         if node.is_error and not read_write or node.is_missing or misread(node, source):
             raise ValueError(f"bash may read {node.text[:40].decode(errors='replace')!r} otherwise")
         yield node, function

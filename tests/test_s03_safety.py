@@ -487,7 +487,7 @@ def test_verdicts_do_not_depend_on_where_the_home_folder_is(stage, command, proj
 
 @pytest.mark.parametrize("command", ["echo $'\\uf}'", "echo $'\\0' > x", "rm -rf ~$'\\0'", "echo $(ls", "echo 'open",
                                      'echo "open', "cat <<EOF", "`", "((", "))", "|| &&", "", "echo \0", "a\\",
-                                     "echo $((1", "cat <<'E\nx", "$'", "echo ${", "f(", ")"])
+                                     "echo $((1", "cat <<'E\nx", "$'", "echo ${", "f(", ")", ">", "><<<x", "3<>"])
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_check_command_judges_malformed_input_without_crashing(stage, command, project):
     """Half-finished quotes, broken escapes and NUL bytes get a verdict, not an exception."""
