@@ -1367,6 +1367,8 @@ KNOWN_MISSES = {
 }
 REFUSED_ON_PURPOSE = {  # the filter's own false refusals: each reason says what to write instead
     "a script read from stdin": "bash < setup.sh",
+    "two heredocs opened on one line (the parser's error)": "cat <<A; cat <<B\n1\nA\n2\nB",
+    "an extglob pattern (the parser's error)": "ls @(a|b)",
     "a command longer than MAX_LENGTH": "echo " + "x" * 10_000,
 }
 
