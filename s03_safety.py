@@ -201,9 +201,7 @@ def safe_path(path: str) -> Path:
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
-    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
-    **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred", "fdisk", "sfdisk",
-                     "parted"], "erases or repartitions a disk")}
+    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
 RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
     "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0),
     "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "time": ({"-f", "-o"}, 0),
@@ -275,11 +273,11 @@ def check_words(words: list, piped: bool, depth: int) -> str | None:
         return "it runs the output of a command as code; save that to a file and read it first"
     if set(re.sub(r"\$\{[^}]*\}|\$\w+", "", name)) & set("*?[]{}\\"):  # "$PYTHON" names one
         return f"only bash can say which program {program} is; write its name plainly"
-    if name in REFUSED_PROGRAMS or name.startswith("mkfs"):
-        return f"{name} {REFUSED_PROGRAMS.get(name, 'formats a disk')}"
+    if name in REFUSED_PROGRAMS:
+        return f"{name} {REFUSED_PROGRAMS[name]}"
     disks = [arg for arg in args if arg.startswith(DISKS)]
-    if disks and name not in DISK_READERS:  # mkdosfs /dev/sdb1, whatever the program's name
-        return f"it is given the disk {disks[0]}; only reading a disk (lsblk, blkid) is fine"
+    if disks and name not in DISK_READERS:  # mkfs, fdisk, mkdosfs /dev/sdb1: whatever the name
+        return f"it is given the disk {disks[0]}; only a reader (lsblk, blkid) may be given one"
     code = code_it_runs(name, args)
     if code is not None:
         return check_command(code, depth + 1)
@@ -315,7 +313,7 @@ def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
 def check_arguments(name: str, args: list) -> str | None:
     """The rules for programs whose arguments decide: what they delete, change, write or stop."""
     paths = operands(args)
-    if name == "rm":  # rm -r deletes anything but what is inside the workspace
+    if name in ("rm", "shred"):  # rm -r deletes anything but what is inside the workspace
         harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive(args) else {SYSTEM, HOME}
         return check_paths("it deletes", paths, harmful)
     if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
