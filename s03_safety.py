@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -190,29 +191,39 @@ def safe_path(path: str) -> Path:
 
 
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
-# check_command reads a command line as bash does, into simple commands of words, and judges each
-# by its program and arguments: words, never substrings, never the code given to python -c or awk.
-# Code given to a shell (bash -c, eval, $(...)) is a command line, judged as one. Nothing is run or
-# expanded: ~ and $HOME are the home folder by their spelling. What it cannot read for certain, it
-# leaves to the wall. How it reads bash is machinery (read_bash), below the marked line.
+# check_command reads a command line with tree-sitter's bash grammar (Codex reads `bash -lc`
+# scripts with it for the same decision) and judges every simple command in the tree, wherever it
+# sits ($(...), pipes, subshells, if and for bodies), by its program and arguments: words, never
+# substrings, never the code given to python -c or awk (the wall's job). Heredoc bodies and
+# comments are data, as in bash; the code given to bash -c, eval or watch is parsed again. Nothing
+# is run or expanded: ~ and $HOME are the home folder by their spelling. What the parser cannot
+# read for certain is refused. Reading the tree and the words is machinery, below the marked line.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
-    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off"),
-    **dict.fromkeys(["mkfs", "mke2fs", "mkswap", "wipefs", "blkdiscard", "shred", "fdisk", "sfdisk",
-                     "parted"], "erases or repartitions a disk"),
-    "function": "defines a function (a fork bomb is one); write a script file and run that"}
+    **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
+RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
+    "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0),
+    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "time": ({"-f", "-o"}, 0),
+    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0), "exec": ({"-a"}, 0),
+    "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
+    "stdbuf": ({"-i", "-o", "-e"}, 0), "ionice": ({"-c", "-n"}, 0), "chroot": (set(), 1),
+    **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
 INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
 INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
-WRAPPERS = {"env", "nice", "nohup", "timeout", "time", "exec", "xargs", "setsid", "command"}
-VALUE_OPTIONS = {"-u", "-C", "-n", "-s", "-k", "-f", "-o", "-a", "-I", "-P", "-L", "-d", "-v"}
-KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "coproc"}
+POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
+         "suspend-then-hibernate", "rescue", "emergency"}  # init 0, systemctl isolate rescue.target
+DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
+         "/dev/mapper/", "/dev/md", "/dev/loop")  # given to anything but a reader: refused
+DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
+                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they only read
+RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
                "srv", "sys", "usr", "var", "Users", "System", "Library"}
+OWN_FOLDERS = ("/tmp/", "/var/tmp/", "/run/", "/dev/shm/")  # inside the wall: the command's own
 DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
            "/dev/fd/2"}  # devices it is fine to write to
-POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"}  # init 0
 RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
 MAX_LENGTH, MAX_DEPTH = 10_000, 8  # a longer command belongs in a file; real ones nest 2 or 3 deep
 
@@ -221,87 +232,114 @@ def check_command(command: str, depth: int = 0) -> str | None:
     if len(command) > MAX_LENGTH:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     if depth > MAX_DEPTH:
-        return f"it nests shells, evals or $(...) more than {MAX_DEPTH} levels deep"
+        return f"it nests shells or evals more than {MAX_DEPTH} levels deep"
+    # bash joins the lines around a \ before a newline, but not in '...' or in a quoted heredoc:
+    # read both ways (the parser does not join them), and the first reason wins
+    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
+        reason = check_script(text, depth)
+        if reason:
+            return reason
+    return None
+
+def check_script(text: str, depth: int) -> str | None:
+    """Judge every command of the tree, in the order bash reads them."""
+    variables = {}  # NAME -> the literal it was set to earlier on the line: X=sudo; $X ls
     try:
-        text, substitutions, _ = read_bash(command, 0, depth)
-        reasons = [check_command(code, depth + 1) for code in substitutions]  # $(...) runs too
-        reasons += [check_words(unwrap(words), piped, depth) or check_writes(writes)
-                    for words, writes, piped in split_commands(text)]
-        return next(filter(None, reasons), None)
-    except ValueError as unreadable:
+        for node, function in nodes_in(text):
+            reason = None
+            if node.type == "variable_assignment":
+                variables.update(assignment(node))
+            elif node.type == "file_redirect":  # > FILE, >> FILE, &> FILE
+                reason = check_writes(redirected_to(node))
+            elif node.type == "command":
+                words = [part for word in words_of(node) for part in known(word, variables)]
+                piped = fed_by_a_pipe(node)
+                if piped and words[:1] == [function]:  # :(){ :|:& };:
+                    return f"{function} is a fork bomb: the function starts itself through a pipe"
+                for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
+                    reason = reason or check_words(unwrap(run), piped, depth)
+            if reason:
+                return reason
+    except ValueError as unreadable:  # where bash could read it otherwise, or not at all
         return f"the filter cannot read this command ({unreadable}); write it plainly or in a file"
+    return None
 
 def check_words(words: list, piped: bool, depth: int) -> str | None:
-    """Judge one simple command by its program, and by the rule for that program if there is one."""
+    """Judge one simple command by its program, then by the rules for its arguments."""
     program, args = (words or [""])[0], words[1:]
-    name = program.rsplit("/", 1)[-1].lower()  # /usr/bin/sudo is sudo; SUDO is sudo on a Mac
+    name = program_name(program)  # /usr/bin/sudo is sudo; SUDO is sudo on a Mac
     script = operands(args)[:1]  # bash FILE, python FILE
-    if RUN_TIME in program or name in SHELLS and RUN_TIME in "".join(script):
+    if program == RUN_TIME or name in SHELLS and RUN_TIME in "".join(script):
         return "it runs the output of a command as code; save that to a file and read it first"
-    spelled = re.sub(r"\$\{?\w+\}?", "", name)  # "$PYTHON" -m pytest names a program: fine
-    if program not in ("[", "[[") and set(spelled) & set("*?[]{}\\"):
+    if set(re.sub(r"\$\{[^}]*\}|\$\w+", "", name)) & set("*?[]{}\\"):  # "$PYTHON" names one
         return f"only bash can say which program {program} is; write its name plainly"
-    if name in REFUSED_PROGRAMS or name.startswith("mkfs"):
-        return f"{name} {REFUSED_PROGRAMS.get(name, 'formats a disk')}"
-    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
-        return check_command(" ".join(operands(args)), depth + 1)
+    if name in REFUSED_PROGRAMS:
+        return f"{name} {REFUSED_PROGRAMS[name]}"
+    disks = [arg for arg in args if arg.startswith(DISKS)]
+    if disks and name not in DISK_READERS:  # mkfs, fdisk, mkdosfs /dev/sdb1: whatever the name
+        return f"it is given the disk {disks[0]}; only a reader (lsblk, blkid) may be given one"
+    code = code_it_runs(name, args)
+    if code is not None:
+        return check_command(code, depth + 1)
+    if reads_code_from_input(name, args, piped):
+        return f"{name} reads code from its input; save it with write_file, read it, run the file"
+    if "$" not in program:
+        return check_arguments(name, args)
+    reasons = [(other, check_arguments(other, args)) for other in RULED]  # $X -rf /: as rm
+    return next((f"if {program} is {other}, {why}" for other, why in reasons if why), None)
+
+def code_it_runs(name: str, args: list) -> str | None:
+    """The code a program gives to a shell: bash -c CODE, eval CODE, trap CODE SIGNAL, watch CMD."""
     dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
     if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
-        return check_command(" ".join(operands(args[dash_c[0] + 1:])[:1]), depth + 1)
-    runs_code = name in SHELLS or piped and name.rstrip("0123456789.") in INTERPRETERS
-    from_input = not script or script[0] in ("-", "/dev/stdin") or name in SHELLS and "-s" in args
-    inline = name not in SHELLS and any(arg.startswith(INLINE_CODE) for arg in args)
-    asks = not script and {"--version", "--help"} & set(args)  # bash --version reads no code
-    if runs_code and from_input and not inline and not asks:
-        return f"{name} reads code from its input; save it with write_file, read it, run the file"
-    return check_arguments(name, args)
+        return " ".join(operands(args[dash_c[0] + 1:])[:1])
+    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
+        return " ".join(operands(args))
+    if name == "watch":  # watch -n 5 'make test': its words go to sh -c
+        return " ".join(args[options_end(args, 0, {"-n", "--interval"}):])
+    return None
+
+def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
+    """A shell given no script (bash, bash -s, sh -), or an interpreter fed by a pipe with no script
+    and no inline code (curl x | python3): code nobody has read comes from its input."""
+    script = operands(args)[:1]
+    from_input = not script or script[0] in ("-", "/dev/stdin")
+    if name in SHELLS:
+        options = args[:args.index(script[0])] if script else args  # bash x.sh -s: x.sh's own
+        return (from_input or "-s" in options) and not {"--version", "--help"} & set(args)
+    inline = any(arg.startswith(INLINE_CODE) for arg in args)
+    return piped and name.rstrip("0123456789.") in INTERPRETERS and from_input and not inline
 
 def check_arguments(name: str, args: list) -> str | None:
     """The rules for programs whose arguments decide: what they delete, change, write or stop."""
     paths = operands(args)
-    flags = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")  # -rf -R
-    recursive = "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
-    if name == "rm":  # rm -r deletes anything but what is inside the workspace
-        harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive else {SYSTEM, HOME}
+    if name in ("rm", "shred"):  # rm -r deletes anything but what is inside the workspace
+        harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive(args) else {SYSTEM, HOME}
         return check_paths("it deletes", paths, harmful)
     if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
-        args = list(itertools.dropwhile(lambda arg: arg in ("-H", "-L", "-P"), args))  # find -L /
-        starts = list(itertools.takewhile(lambda arg: arg[:1] not in ("-", "(", "!"), args))
-        return check_paths("find acts on", starts or ["."], {SYSTEM, HOME, OUTSIDE})
+        after_options = args[options_end(args, 0, {"-D"}):]  # find -L / -delete
+        starts = itertools.takewhile(lambda arg: arg[:1] not in "-(!", after_options)
+        return check_paths("find acts on", list(starts) or ["."], {SYSTEM, HOME, OUTSIDE})
     if name in ("chmod", "chown", "chgrp"):  # [-R] MODE PATH...
-        return check_paths("it changes", paths[1:], {SYSTEM, HOME} if recursive else {SYSTEM})
+        return check_paths("it changes", paths[1:], {SYSTEM, HOME} if recursive(args) else {SYSTEM})
     if name == "kill":  # kill -9 -1 signals every process; kill -1 PID sends signal 1 to PID
         signal_words = 2 if args[:1] in (["-s"], ["-n"]) else 1  # -9, -KILL, -1 (HUP), -s KILL
         pids = args[signal_words:] if args[:1] and args[0].startswith("-") else args
         if {"-1", "1"} & {pid.strip() for pid in pids if pid != "--"}:
             return "kill -1 signals every process, and kill 1 the first; name the process"
-    if name in ("init", "telinit", "systemctl", "loginctl") and POWER & set(args):
+    asked = {path.removesuffix(".target") for path in paths}  # systemctl isolate reboot.target
+    if name in ("init", "telinit", "systemctl", "loginctl") and POWER & asked:
         return "it turns the machine off, or suspends it"
     in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
-    written = {"tee": paths, "truncate": paths, "mv": paths, "cp": paths[-1:], "ln": paths[-1:],
-               "sed": paths if in_place else [], "perl": paths if in_place else [],
-               "dd": [arg[3:] for arg in args if arg.startswith("of=")]}
+    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR
+    written = {"tee": paths, "truncate": paths, "mv": paths + target, "cp": target, "ln": target,
+               "install": target, "rsync": target, "sed": paths if in_place else [],
+               "perl": paths if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
     return check_writes(written.get(name, []))
 
-def unwrap(words: list) -> list:
-    """The command that really runs, without VAR=value, keywords, and wrappers and their options."""
-    i = 0
-    while i < len(words) and (words[i] in KEYWORDS | WRAPPERS or re.match(r"\w+\+?=", words[i])):
-        wrapper, i = words[i], i + 1
-        while wrapper in WRAPPERS and i < len(words) and words[i][:1] == "-":
-            i += 2 if words[i] in VALUE_OPTIONS else 1  # nice -n 5, env -u NAME, xargs -I {}
-        if wrapper == "timeout":
-            i += 1  # the duration
-    return words[i:]
-
-def operands(args: list) -> list:
-    """The arguments that are not options (-rf, --force); after `--`, all of them."""
-    cut = args.index("--") if "--" in args else len(args)
-    return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
-
-INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM = (  # where a path leads, as place() says
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (  # where a path leads, as place() says
     "inside", "known when it runs", "outside the workspace", "the whole workspace",
-    "the home folder", "system files")
+    "the home folder", "system files", "the command's own, in memory")
 
 def place(word: str) -> str:
     """Where a path leads, from its spelling alone (links on disk are the wall's business)."""
@@ -317,16 +355,22 @@ def place(word: str) -> str:
         return WORKSPACE
     if path.startswith(workspace + "/"):
         return INSIDE
+    if not sandbox_off() and (path + "/").startswith(OWN_FOLDERS):
+        return OWN  # rm -rf /tmp/build: the wall's /tmp, gone when the command ends
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def check_paths(verb: str, paths: list, harmful: set) -> str | None:
     """Why this must not happen to these paths: the first that leads to a harmful place."""
     harmed = [path for path in paths if place(path) in harmful]
-    return f"{verb} {harmed[0]}, which is {place(harmed[0])}" if harmed else None
+    if not harmed:
+        return None
+    where = "the agent's own folder" if in_the_agent_s_folder(harmed[0]) else place(harmed[0])
+    return f"{verb} {harmed[0]}, which is {where}"
 
 def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, dd of=FILE...
     written = [target for target in targets if os.path.normpath(target) not in DEVICES]
     return check_paths("it writes to", written, {SYSTEM, HOME})
+
 
 # -- fence 4: a bash tool that cannot be wedged --------------------------------------------
 
@@ -814,148 +858,195 @@ def bwrap_problem() -> str | None:
         return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
     return None
 
-# -- reading a command line as bash does, for the filter (fence 3) ------------------------------
-# read_bash("echo $(date) > x", 0, 0) gives the text f"echo {RUN_TIME} > x" and the code ["date"]:
-# shlex then splits the text into words and operators, and split_commands into simple commands.
+# -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
+# nodes_in(text) gives every node in the order bash reads them, with the function around it;
+# words_of(command) the words bash makes of a command's name and arguments, unexpanded.
 
-ANSI_C = re.compile(r"\$'((\\.|[^\\'])*)'", re.DOTALL)  # $'...', where \' does not end it
-HEREDOC = re.compile(r"(-?)[ \t]*([^ \t\n;&|()<>]*)")  # what follows <<: -EOF, 'EOF', E"O"F
-WORD_BREAKS = set(" \t\n;&|()<>")  # a word starts after one of these; # there starts a comment
-OPERATORS = re.compile(r"&>>|&>|>>|>&|<&|>\||<<<|<<|&&|\|\||;;|\|&|[;&|()<>\n]")  # longest first
+@functools.cache
+def bash_parser():
+    """Built on first use: importing the stage needs no package (main() asks for it at start-up)."""
+    import tree_sitter
+    import tree_sitter_bash
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
-def read_bash(line: str, i: int, depth: int, closer: str = "", mode: str = "code") -> tuple:
-    """Read line from i as bash does, up to closer: ")" ends a $(...), "`" a `...`, "))" a $((...)).
-    Returns the text for shlex (RUN_TIME in place of each $(...), `...` and <(...); no comments, no
-    heredoc bodies), the code of each $(...), and where it stopped. mode "math" reads a $((...)),
-    "heredoc" the body of a heredoc: in both, nothing but a $(...) runs."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"it nests $(...) more than {MAX_DEPTH} levels deep")
-    out, substitutions, heredocs = [], [], []  # the text for shlex, the $(...)s, the <<s open
-    quoted = mode == "heredoc"  # inside "...", where ' and # are plain characters
-    parens = braces = 0  # ( ) inside a $(...); ${ } of a parameter
-    while i < len(line):
-        char, two = line[i], line[i:i + 2]
-        in_code = mode == "code" and not quoted and braces == 0  # where # and << mean something
-        if char == closer[:1] and not quoted and parens == 0:
-            if heredocs or closer == "))" and two != "))":
-                raise ValueError(f"what opens before its {closer} is not closed")
-            return "".join(out), substitutions, i + len(closer)
-        if line.startswith("$((", i) or two == "((" and in_code:  # arithmetic runs nothing...
-            _, inner, i = read_bash(line, i + (3 if char == "$" else 2), depth + 1, "))", "math")
-            substitutions += inner  # ...but a $(...) in it does
-            out.append("0")
-        elif two == "$(" or char == "`" or two in ("<(", ">(") and in_code:
-            start = i + 1 if char == "`" else i + 2
-            _, _, i = read_bash(line, start, depth + 1, "`" if char == "`" else ")")
-            substitutions.append(line[start:i - 1])
-            out.append(RUN_TIME)
-        elif char == "\\":
-            if two != "\\\n":  # a backslash before a newline joins two lines
-                out.append(two)
-            i += 2
-        elif two == "$'" and not quoted:  # bash's quotes with escapes: $'\x72m' is rm
-            found = ANSI_C.match(line, i)
-            if not found:
-                raise ValueError("a $' is never closed")
-            out.append(shlex.quote(found[1]))  # the escapes stay as written
-            i = found.end()
-        elif char == "'" and not quoted:
-            end = line.find("'", i + 1)
-            if end < 0:
-                raise ValueError("a ' is never closed")
-            out.append(line[i:end + 1])
-            i = end + 1
-        elif char == "#" and in_code and (not out or out[-1] in WORD_BREAKS):  # a comment
-            end = line.find("\n", i)
-            i = len(line) if end < 0 else end
-        elif two == "<<" and in_code and line[i + 2:i + 3] != "<" and line[i - 1:i] != "<":
-            heredocs.append(HEREDOC.match(line, i + 2))
-            out.append(two)
-            i += 2
-        elif char == "\n" and in_code and heredocs:  # the bodies start on the next line
-            out.append(char)
-            found, i = skip_heredocs(line, i + 1, heredocs, depth)
-            substitutions += found
-            heredocs = []
+def nodes_in(text: str):
+    """Each node of text's tree, depth first, with the name of the function it sits in ("" if
+    none). A loop, not recursion: a tree nested thousands deep costs no stack. ValueError where
+    bash would read the text otherwise than the tree says (misread)."""
+    source = text.encode(errors="surrogateescape")
+    stack = [(parse(source).root_node, "")]
+    while stack:
+        node, function = stack.pop()
+        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
+        read_write = node.is_error and node.text == b">" and after_a_less  # 3<>file
+        if node.is_error and not read_write or node.is_missing or misread(node, source):
+            raise ValueError(f"bash may read {node.text[:40].decode(errors='replace')!r} otherwise")
+        yield node, function
+        if node.type == "function_definition":
+            function = word_of(node.child_by_field_name("name"))
+        stack.extend((child, function) for child in reversed(node.children))
+
+def parse(source: bytes):
+    """The tree of source, read in pieces. A bash line takes the parser about two readings of it;
+    its error recovery can take a number that grows with the length (`;|` repeated: 2,476 over
+    10 KB), so past four readings the parse stops, and so does the filter: ValueError."""
+    budget = 4 * len(source) + 1024  # bytes, and one for each piece
+    parsing = True
+
+    def piece(offset: int, _point) -> bytes:  # node.text reads through it too, after the parse
+        nonlocal budget
+        budget -= (len(source[offset:offset + 256]) + 1) if parsing else 0
+        return source[offset:offset + 256] if budget >= 0 else b""
+
+    tree = bash_parser().parse(piece)
+    parsing = False
+    if budget < 0:
+        raise ValueError("the parser would read it over and over, as it does what is not bash")
+    return tree
+
+def misread(node, source: bytes) -> bool:
+    """Where tree-sitter and bash part (found by review): a # that bash reads as part of a word
+    (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an empty
+    { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    if node.type == "comment":
+        before = source[max(node.start_byte - 2, 0):node.start_byte]
+        return before[-1:] not in b"\n \t;&|()<>" or before[:1] == b"\\"
+    if node.type == "heredoc_end":
+        line_start = source.rfind(b"\n", 0, node.start_byte) + 1
+        line_end = source.find(b"\n", node.end_byte) % (len(source) + 1)  # -1: the text's end
+        line = source[line_start:line_end].decode(errors="replace")
+        opener, start = node.parent.children[0].type, node.parent.children[1].text.decode()
+        return (line.lstrip("\t") if opener == "<<-" else line) != "".join(shlex.split(start))
+    if node.type == "command_substitution" and node.text[:1] == b"`":  # `a \`b\``: b runs too
+        return b"\\`" in node.text
+    after = node.next_sibling
+    if node.type == "number" and after:
+        return "redirect" in after.type and after.start_byte == node.end_byte
+    return node.type == "compound_statement" and node.named_child_count == 0
+
+def words_of(command) -> list:
+    """The words of a command's name and arguments, and those the tree puts after a redirection
+    (rm -rf 2>/dev/null /etc: bash gives /etc to rm)."""
+    nodes = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
+    around = command.parent.children if command.parent.type == "redirected_statement" else []
+    for redirect in [*command.children, *around]:
+        if redirect.type == "file_redirect":
+            nodes += redirect.children_by_field_name("destination")[1:]
+    return [word_of(node) for node in nodes if node]
+
+def word_of(node) -> str:
+    """The word bash makes of a node, quotes and escapes taken away; a $(...) is RUN_TIME."""
+    text = node.text.decode(errors="surrogateescape")
+    if node.type in ("command_substitution", "process_substitution"):
+        return RUN_TIME
+    if node.type == "word":
+        return re.sub(r"\\(.)", r"\1", text.replace("\\\n", ""), flags=re.DOTALL)
+    if node.type == "raw_string":  # '...'
+        return text[1:-1]
+    if node.type == "ansi_c_string":  # $'\x72m' is rm
+        with warnings.catch_warnings(action="ignore"), contextlib.suppress(UnicodeDecodeError):
+            return text[2:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+        return text[2:-1]
+    if node.type == "string_content":  # inside "...", a backslash escapes only \ " $ `
+        return re.sub(r'\\([\\"$`])', r"\1", text.replace("\\\n", ""))
+    if node.type in ("string", "concatenation", "command_name"):
+        return "".join(word_of(child) for child in node.children if child.type != '"')
+    return text  # $X, ${X}, $((1+2)), {a,b}: as written
+
+def assignment(node) -> dict:
+    """NAME -> its literal value, for NAME=value on a line of its own (or after export); empty if
+    it is set for one command only (NAME=1 cmd). A value bash computes makes NAME unknown."""
+    if node.parent.type == "command":
+        return {}
+    name, value = word_of(node.child_by_field_name("name")), node.child_by_field_name("value")
+    text = word_of(value) if value else ""
+    return {name: text if "$" not in text else "$" + name}  # "$" + name: not known
+
+def known(word: str, variables: dict) -> list:
+    """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
+    name = word.strip("${}")
+    is_set = re.fullmatch(r"\$\{?\w+\}?", word) and name in variables
+    return variables[name].split() if is_set else [word]
+
+def fed_by_a_pipe(node) -> bool:
+    """Is the command's input a pipe: not first in a pipeline, or in a ( ) or { } that is?"""
+    while node.parent and node.parent.type in ("redirected_statement", "subshell",
+                                               "compound_statement", "negated_command"):
+        node = node.parent
+    piped = node.parent is not None and node.parent.type == "pipeline"
+    return piped and node.prev_sibling is not None
+
+def redirected_to(redirect) -> list:
+    """The file a redirection writes to (> FILE, >> FILE, &> FILE, >| FILE, <> FILE), as a list."""
+    destination = redirect.child_by_field_name("destination")
+    operators = [part.text for part in redirect.children if part.is_error or not part.is_named]
+    to_a_file = destination and destination.type != "number"  # 2>&1 writes to no file
+    writes = b">" in b"".join(operators) and to_a_file
+    return [word_of(destination)] if writes and word_of(destination) != "-" else []
+
+def unwrap(words: list) -> list:
+    """The command a runner runs (RUNNERS): nice -n 5 make is make. env -S STRING splits STRING as
+    a shell would, so it is judged as eval's code is."""
+    start = 0
+    while start < len(words) and program_name(words[start]) in RUNNERS:
+        name = program_name(words[start])
+        takes_value, before = RUNNERS[name]
+        end = options_end(words, start + 1, takes_value | {"-S"})
+        if name == "env" and "-S" in words[start + 1:end]:  # env -S 'rm -rf /'
+            return ["eval", *words[words.index("-S", start) + 1:]]
+        start = end + before
+    return words[start:]
+
+def options_end(args: list, start: int, takes_value: set) -> int:
+    """Where a program's options end, from start: after their values (nice -n 5), after NAME=value
+    words (env), after a `--`."""
+    i = start
+    while i < len(args) and (args[i][:1] == "-" or re.match(r"\w+=", args[i])):
+        if args[i] == "--":
+            return i + 1
+        i += 2 if args[i] in takes_value else 1
+    return i
+
+def find_runs(words: list) -> list:
+    """The commands of find's -exec, -execdir, -ok and -okdir, each up to its ; or +."""
+    commands, command = [], None
+    for word in words if words[:1] == ["find"] else []:
+        if word in ("-exec", "-execdir", "-ok", "-okdir"):
+            command = []
+            commands.append(command)
+        elif word in (";", "+") or command is None:
+            command = None
         else:
-            if char == '"' and mode != "heredoc":
-                quoted = not quoted
-            if two == "${" and mode != "heredoc":  # in ${x/ #/} the # is no comment
-                braces += 1
-            if char == "}" and braces:
-                braces -= 1
-            if char in "()" and not quoted and mode != "heredoc":
-                parens += 1 if char == "(" else -1
-            out.append(char)
-            i += 1
-    if closer or quoted and mode != "heredoc":
-        raise ValueError(f"a {closer or chr(34)} is never closed")
-    return "".join(out), substitutions, i
-
-def skip_heredocs(line: str, i: int, heredocs: list, depth: int) -> tuple:
-    """Skip the heredoc bodies that start at i: each ends at a line that is the word after its <<.
-    Returns the code of each $(...) in a body whose word is not quoted (<<EOF, not <<'EOF': there
-    it runs), and where the last end line ends."""
-    substitutions = []
-    for found in heredocs:
-        delimiter, tabs = unquote(found[2]), "\t*" if found[1] else ""  # <<-EOF: tabs before EOF
-        end = re.compile("^" + tabs + re.escape(delimiter) + "$", re.MULTILINE).search(line, i)
-        stop = end.end() if end else len(line)
-        if delimiter == found[2]:
-            body = line[i:end.start() if end else stop]
-            substitutions += read_bash(body, 0, depth, "", "heredoc")[1]
-        i = stop + 1
-    return substitutions, stop
-
-def unquote(raw: str) -> str:
-    """The word bash makes of raw, quotes and backslashes removed: "a"'b'\\c is abc."""
-    return "".join(shlex.split(raw)) if set(raw) & set("'\"\\") else raw
-
-def split_commands(text: str) -> list:
-    """The simple commands in read_bash's text: (words, files they write to, whether a pipe feeds
-    them). Operators such as ; | && ( ) separate them, and find's -exec starts one."""
-    commands, words, writes = [], [], []
-    target = ""  # "<" or ">" after a redirection: the next word is a file
-    piped = array = False  # a pipe feeds this command; inside an array's ( )
-    parens = 0
-    tokens = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>\n")
-    tokens.whitespace = " \t"  # a newline is an operator, as ; is
-    tokens.whitespace_split = True
-    tokens.commenters = ""  # read_bash took the comments out
-    for token in [*tokens, ";"]:
-        is_word = not set(token) <= set(";&|()<>\n") or token == ""  # '' is a word too
-        if is_word or token in ("(", ")") and words[:1] == ["find"]:  # find . \( -name x \)
-            if target == ">":
-                writes.append(token)
-            elif not target and not array:
-                words.append(token)
-            target = ""
-            if token in ("-exec", "-execdir", "-ok", "-okdir"):  # a command starts after it
-                commands.append((words, writes, piped))
-                words, writes = [], []
-            continue
-        for op in OPERATORS.findall(token):
-            if "<" in op or ">" in op:
-                if words and words[-1].isdigit():
-                    words.pop()  # the 2 of 2>&1 names a file descriptor
-                target = ">" if ">" in op else "<"
-            elif op == "(" and words and words[-1].endswith("="):  # an array: files=(*.py)
-                array = True
-            elif op == ")" and array:
-                array = False
-            elif op == "(" and len(words) == 1 and words[0] not in KEYWORDS | WRAPPERS:
-                commands.append((["function", words[0]], [], False))  # name() { ...; }
-                words = []
-            elif op == ")" and parens == 0:  # the pattern of a case: a) or *)
-                words = []
-            else:  # ; & | && || ( ) or a newline
-                parens += {"(": 1, ")": -1}.get(op, 0)
-                if words or writes:
-                    commands.append((words, writes, piped))
-                    piped = False
-                words, writes = [], []
-                piped = piped or op in ("|", "|&")
+            command.append(word)
     return commands
+
+def operands(args: list) -> list:
+    """The arguments that are not options (-rf, --force); after `--`, all of them."""
+    cut = args.index("--") if "--" in args else len(args)
+    return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
+
+def program_name(word: str) -> str:
+    return word.rsplit("/", 1)[-1].lower()
+
+def recursive(args: list) -> bool:  # -r, -R, -rf, --recursive, --recu (GNU takes a prefix)
+    flags = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
+    return "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
+
+def target_option(args: list) -> list:
+    """The folder named by -t DIR, -tDIR or --target-directory=DIR, as a list (empty if none)."""
+    for i, arg in enumerate(args):
+        if arg.startswith("--target-directory="):
+            return [arg.split("=", 1)[1]]
+        if arg in ("-t", "--target-directory") and i + 1 < len(args):
+            return [args[i + 1]]
+        if arg.startswith("-t") and arg[2:3] not in ("", "-"):
+            return [arg[2:]]
+    return []
+
+def in_the_agent_s_folder(word: str) -> bool:
+    """For a refusal's reason only (verdicts never expand ~): does word lead into HERE?"""
+    path = os.path.expanduser(re.sub(r"^\$\{?HOME\}?", "~", word))
+    return Path(os.path.normpath(os.path.join(WORKDIR, path))).is_relative_to(HERE)
 
 
 def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
@@ -1135,6 +1226,7 @@ def wall_state() -> None:
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
+    bash_parser()  # the filter's parser (tree_sitter): missing, it is said here too
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
     try:  # a setting that cannot work is one line now, not a failure at each call

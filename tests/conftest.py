@@ -98,6 +98,15 @@ def workspace(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def project(monkeypatch):
+    """For the filter, which reads spellings only: a workspace where projects live, /work/project
+    (nothing on disk), not under /tmp, whose neighbours the wall keeps in memory."""
+    for name in STAGE_NAMES:
+        monkeypatch.setattr(importlib.import_module(name), "WORKDIR", Path("/work/project"))
+    return Path("/work/project")
+
+
+@pytest.fixture
 def scripted(monkeypatch, workspace):
     """attach(stage, script) gives `stage` a scripted model and returns it (see fake_api.py)."""
     def attach(stage, script, client=None):

@@ -14,7 +14,7 @@ COMMANDS = json.loads((CORPUS / "commands.json").read_text())
 PATHS = json.loads((CORPUS / "paths.json").read_text())
 SAFE_STAGES = stages_from("s03_safety")
 # What notes/s03_safety.md says about the tiers no filter can get fully right: (judged as expected, cases).
-SCORES_IN_THE_NOTE = {"evasion": (32, 37), "obfuscated": (0, 5), "debatable": (8, 11)}
+SCORES_IN_THE_NOTE = {"evasion": (32, 37), "obfuscated": (0, 5), "debatable": (9, 11)}
 
 
 def verdict(stage, command: str) -> str:
@@ -33,13 +33,13 @@ def scores(stage) -> dict:
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 @pytest.mark.parametrize("case", [c for c in COMMANDS if c["tier"] == "core"],
                          ids=lambda case: f"{case['tier']}-{case['expect']}: {case['cmd']!r}")
-def test_corpus_core_commands_are_all_judged_as_expected(stage, case, workspace):
+def test_corpus_core_commands_are_all_judged_as_expected(stage, case, project):
     """Every dangerous command of the core tier is refused; every harmless one runs."""
     assert verdict(stage, case["cmd"]) == case["expect"], case["source"]
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, workspace):
+def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, project):
     """The evasion, obfuscated and debatable tiers are reported, not chased (the wall stops them): if
     the filter changes what it catches there, update SCORES_IN_THE_NOTE and notes/s03_safety.md."""
     assert {tier: scores(stage)[tier] for tier in SCORES_IN_THE_NOTE} == SCORES_IN_THE_NOTE
