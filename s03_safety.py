@@ -176,7 +176,7 @@ def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
     is ~): never the home folder, the workspace or a folder that holds either."""
     home, workspace = Path.home().resolve(), WORKDIR.resolve()
-    resolved = [Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)]
+    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
     return [path for path in resolved if not home.is_relative_to(path)
             and not workspace.is_relative_to(path) and not path.is_relative_to(workspace)
             and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
@@ -745,7 +745,7 @@ def search(workspace: Path) -> dict:
                 found["linked"].append(entry.path)
     return found
 
-MOST_MOUNTS = 100  # of each kind in the workspace: bubblewrap's start grows with their square
+MOST_MOUNTS = 32  # of each kind in the workspace: bubblewrap's start grows with their square
 
 def fewest(paths: list) -> list:
     """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way
