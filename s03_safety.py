@@ -139,8 +139,8 @@ def walled(command: str, rules, options, group: list) -> list:
     """bash on `command` inside the wall, in cgroup `group`. bwrap reads its socket filter from
     the file `rules`, its options from the file `options` (too many, at times, for argv)."""
     wall = ["--share-net"] if network_on() else []
-    for path, kind in sorted(mounts(), key=lambda mount: len(mount[0].parts)):
-        wall += MOUNT[kind](str(path))  # outermost first: a mount covers what is under it
+    for path, kind in mounts():
+        wall += MOUNT[kind](str(path))
     # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
@@ -157,20 +157,24 @@ def walled(command: str, rules, options, group: list) -> list:
             f"{limits}\n{command}"]
 
 def mounts() -> list:
-    """The wall's policy: (path, what a command sees there: a kind of MOUNT). What the search
-    finds in the workspace is kept to a few mounts of each kind (fewest)."""
+    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order they
+    are made, for a later mount covers what is under it. What the search finds in the workspace
+    is kept to a few mounts of each kind (fewest); what hides comes last, so nothing shows
+    through it."""
     workspace = WORKDIR.resolve()
     found = search(workspace)
     outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
+    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
     in_memory = [Path.home().resolve(), "/tmp", "/var/tmp", "/run", "/dev/shm"]
-    secrets = found["secret"]  # a folder of too many is hidden whole
-    return [*[(Path(folder), "read-only") for folder in [*SYSTEM_FOLDERS, *brought_back(outside)]],
-            *[(Path(folder), "in memory") for folder in in_memory],
+    around = [*[(Path(folder), "read-only") for folder in shown],
+              *[(Path(folder), "in memory") for folder in in_memory]]
+    masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
+    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
             (workspace, "writable"),
             *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
             *[(path, "read-only") for path in fewest(found["linked"])],
             *[(folder, "in memory") for folder in fewest(found["unlisted"])],
-            *[(path, "in memory" if path.is_dir() else "empty") for path in fewest(secrets)]]
+            *[(path, "in memory" if path.is_dir() else "empty") for path in masked]]
 
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
@@ -745,7 +749,7 @@ def search(workspace: Path) -> dict:
                 found["linked"].append(entry.path)
     return found
 
-MOST_MOUNTS = 32  # of each kind in the workspace: bubblewrap's start grows with their square
+MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
 
 def fewest(paths: list) -> list:
     """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way

@@ -1343,6 +1343,20 @@ def test_many_env_files_do_not_stop_commands(stage, scripted, workspace):
     assert "ran" in content and "SECRET" not in content
 
 
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_hidden_for_its_many_env_files_hides_what_is_read_only_in_it_too(stage, scripted, workspace):
+    """A folder hidden because it holds too many .env files to mask one by one stays hidden whole:
+    what would be read-only inside it (its .vscode/, here with a .env of its own) does not come
+    back into sight through the hidden folder."""
+    (workspace / "app" / ".vscode").mkdir(parents=True)
+    (workspace / "app" / ".vscode" / ".env").write_text("KEY=SECRET")
+    for number in range(stage.MOST_MOUNTS):
+        (workspace / "app" / f".env.{number}").write_text("KEY=SECRET")
+    content = call_tool(stage, scripted, "bash", command="cat app/.vscode/.env; echo done")["content"]
+    assert "done" in content and "SECRET" not in content
+
+
 @pytest.mark.slow
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
