@@ -89,8 +89,9 @@ TOOLS = [{
 #    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
 #    link packages from their caches: the same file is outside too).
 # 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
-#    and the agent's Python, never a folder holding the home folder (which is empty); every .env
-#    of the workspace, in any case, reads as empty; no variable outside command_env's allow-list.
+#    and the agent's Python, never a folder holding the home folder (which is empty) or the
+#    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
+#    variable outside command_env's allow-list.
 # 3. No service outside is reached: the network is off unless NETWORK=on (then the machine's own
 #    loopback services answer too), and a command makes only Internet and netlink sockets and
 #    pairs of stream sockets (a seccomp filter): no Unix socket, wherever its file is.
@@ -178,11 +179,11 @@ def mounts() -> list:
 
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
-    is ~): never the home folder, the workspace or a folder that holds either."""
-    home, workspace = Path.home().resolve(), WORKDIR.resolve()
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
+    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
     resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
-    return [path for path in resolved if not home.is_relative_to(path)
-            and not workspace.is_relative_to(path) and not path.is_relative_to(workspace)
+    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
+            and not path.is_relative_to(WORKDIR.resolve())
             and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
 
 def pythons() -> list:

@@ -1242,9 +1242,11 @@ def test_a_env_file_is_a_secret_in_any_case(stage, scripted, workspace):
 def test_the_agent_s_own_folder_is_not_seen_from_a_workspace_elsewhere(stage, scripted, tmp_path, monkeypatch):
     """The agent's folder holds its key in .env, and perhaps in .env.local or an editor's .env~.
     Outside the workspace a command sees only the system's folders, PATH's and the agent's
-    Python: the agent's folder is not among them, whatever its files are called."""
+    Python: the agent's folder is not among them, whatever its files are called, even when PATH
+    names it (to start the agent from anywhere)."""
     copy = stage_copy(stage, tmp_path / "agent", monkeypatch)
     monkeypatch.setattr(copy, "WORKDIR", tmp_path / "work")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'agent'}:{os.environ['PATH']}")
     (tmp_path / "work").mkdir()
     for name in (".env", ".env.local", ".env~", "notes.txt"):
         (tmp_path / "agent" / name).write_text("ANTHROPIC_API_KEY=SECRET")
