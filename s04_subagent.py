@@ -230,15 +230,14 @@ def walled(command: str, rules, options, group: list) -> list:
             f"{limits}\n{command}"]
 
 def mounts() -> list:
-    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order they
-    are made, for a later mount covers what is under it. What the search finds in the workspace
-    is kept to a few mounts of each kind (fewest); what hides comes last, so nothing shows
-    through it."""
+    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made: a
+    later mount covers what is under it, so what hides comes last and nothing shows through it."""
     workspace = WORKDIR.resolve()
     found = search(workspace)
     outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
     shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
-    in_memory = [Path.home().resolve(), "/tmp", "/var/tmp", "/run", "/dev/shm"]
+    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
+    in_memory = [*homes, "/tmp", "/var/tmp", "/run", "/dev/shm"]
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in in_memory]]
     masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
@@ -768,10 +767,9 @@ ALLOW, KILL = 0x7FFF0000, 0x80000000
 REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 
 def read_only_roots(found: list) -> list:
-    """What no command and no file tool may change, resolved, where it is in the workspace: the
-    agent's folder, its Python, each of RUN_BY_TOOLS the search found and, for a .git, the real
-    folder of its repository: where a `gitdir:` file points (a worktree, git init
-    --separate-git-dir), and the folder that one shares through `commondir`."""
+    """What no command and no file tool may change in the workspace, resolved: the agent's folder,
+    its Python, what the search found of RUN_BY_TOOLS and, for a .git, where a `gitdir:` file
+    points (a worktree, --separate-git-dir), and the folder that one shares by `commondir`."""
     folders = []
     for run_later in map(Path, found):
         folder = Path(os.path.realpath(run_later))  # through a symlink too
@@ -800,10 +798,9 @@ def first_line(file: Path) -> str:
 MAX_PATH = 3000  # characters: the search hides a folder deeper than this (Linux's paths: 4096)
 
 def search(workspace: Path) -> dict:
-    """One walk of the workspace, in a loop (a tree may be deeper than Python's recursion), for
-    what mounts() needs: each of RUN_BY_TOOLS, .env files (what a link named so leads to in the
-    workspace), regular files with more than one link, and folders it cannot list or too deep
-    to mount in: they may hide a .env. Not inside a .git. Paths as text: a Path each costs."""
+    """One walk of the workspace but .git's insides, in a loop (a tree may be deeper than Python
+    recurses), for each of RUN_BY_TOOLS, .env file (where a link so named leads), file with more
+    than one link, and folder it cannot list or mount in. Paths as text: a Path each costs."""
     found = {"run later": [], "secret": [], "linked": [], "unlisted": []}
     inside = os.path.join(workspace, "")
     folders = [str(workspace)]

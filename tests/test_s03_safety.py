@@ -1266,6 +1266,21 @@ def test_a_path_entry_that_leads_to_the_home_folder_brings_none_of_it_back(stage
     assert "PRIVATE KEY" not in content and "SECRET" not in content
 
 
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_home_folder_reached_through_a_link_is_empty_and_writable_inside(stage, scripted, fake_home, monkeypatch):
+    """$HOME may spell the home folder through a link (/home/alice -> /data/alice). Inside the wall
+    both the spelling and where it leads are an empty folder in memory: programs can write their
+    caches to ~, and nothing of the real home folder shows at either path."""
+    link = fake_home.parent / f"link-{fake_home.name}"
+    link.symlink_to(fake_home)
+    monkeypatch.setenv("HOME", str(link))
+    write = "import pathlib; (pathlib.Path.home() / 'note').write_text('made')"  # as a cache is
+    command = f"python3 -c {shlex.quote(write)} && cat ~/note; cat ~/.ssh/id_ed25519 {fake_home}/.ssh/id_ed25519"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "made" in content and "PRIVATE KEY" not in content and not (fake_home / "note").exists()
+
+
 @pytest.fixture
 def project_outside():
     """A project beside the agent's, outside the temporary folders and the home folder (those the
