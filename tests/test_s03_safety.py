@@ -3,6 +3,7 @@
 can start, and the bash tool cannot be hung, flooded or used to read the agent's secrets."""
 
 import contextlib
+import getpass
 import importlib
 import importlib.util
 import io
@@ -1309,14 +1310,15 @@ def test_a_project_outside_the_workspace_is_not_seen_even_through_a_link(stage, 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_everyday_tools_work_with_only_the_system_s_folders_shown(stage, scripted, workspace):
     """Showing only the system's folders, PATH's and the agent's Python must leave everyday work
-    working: git, python, a virtual environment, pip, and node where it is installed."""
+    working: git, python, a virtual environment, pip, node where it is installed, and the user's
+    name (from /etc/passwd, which git needs to commit)."""
     node = "; node -e 'console.log(6 * 7)'" if shutil.which("node") else "; echo 42"
     command = ("git init -q repo && git -C repo status --short && echo git-ok; python -c 'print(40 + 1)'; "
                "python -m venv --without-pip venv && venv/bin/python -c 'print(\"venv-ok\")'; "
-               "python -m pip --version >/dev/null && echo pip-ok" + node)
+               "python -m pip --version >/dev/null && echo pip-ok; echo user=$(id -un)" + node)
     content = call_tool(stage, scripted, "bash", command=command)["content"]
-    assert [word for word in ("git-ok", "41", "venv-ok", "pip-ok", "42") if word in content] == [
-        "git-ok", "41", "venv-ok", "pip-ok", "42"], content
+    expected = ["git-ok", "41", "venv-ok", "pip-ok", f"user={getpass.getuser()}", "42"]
+    assert [word for word in expected if word in content] == expected, content
 
 
 def nested_folders(top: Path, count: int, name: str = "d") -> list:
