@@ -197,7 +197,8 @@ def is_secret(name: str) -> bool:
 def check_door(file: Path, writing: bool) -> None:
     """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
     roots = read_only_roots(search(WORKDIR.resolve())["run later"]) if writing else []
-    if any(file.is_relative_to(root) for root in roots):
+    folded = Path(str(file).casefold())  # .GIT is .git on macOS and on vfat drives
+    if any(folded.is_relative_to(str(root).casefold()) for root in roots):
         raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
                               "own, the agent's own files and its Python are the user's")
     if is_secret(file.name):
@@ -696,7 +697,7 @@ def read_only_roots(found: list) -> list:
     for run_later in map(Path, found):
         folder = Path(os.path.realpath(run_later))  # through a symlink too
         folders.append(folder)
-        pointer = first_line(folder) if run_later.name == ".git" else ""
+        pointer = first_line(folder) if run_later.name.lower() == ".git" else ""
         if pointer.startswith("gitdir:"):
             pointed = run_later.parent / pointer.removeprefix("gitdir:").strip()
             folder = Path(os.path.realpath(pointed))
@@ -735,7 +736,7 @@ def search(workspace: Path) -> dict:
         if entries is None:
             found["unlisted"].append(folder)
         for entry in entries or []:
-            if entry.name in RUN_BY_TOOLS:
+            if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
                 found["run later"].append(entry.path)
             if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
                 folders.append(entry.path)

@@ -1409,6 +1409,16 @@ def test_what_other_tools_run_on_their_own_is_read_only_where_it_exists(stage, s
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_file_tools_refuse_a_read_only_root_in_any_case(stage, scripted, workspace):
+    """On macOS (where the file tools work without the wall) .GIT/hooks is .git/hooks, and
+    .VSCode is .vscode: the file tools compare names in any case, so neither is written."""
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".VSCode").mkdir()
+    for name in (".GIT/hooks/pre-commit", ".Git/config", ".VSCode/tasks.json"):
+        assert call_tool(stage, scripted, "write_file", path=name, content="touch pwned")["is_error"]
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_only_the_locale_variables_are_passed_on_not_any_lc_name(stage, scripted, monkeypatch, wall):
     """The allow-list names the locale variables it passes (LC_ALL, LC_CTYPE, ...): a variable
     that merely starts with LC_ may hold anything, a token too."""
