@@ -85,7 +85,7 @@ TOOLS = [{
 # -- fence 1: the wall: the operating system confines every command ------------------------
 # Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
 # promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
-# 1. Nothing outside the workspace changes, as root too: what a command sees of it is read-only
+# 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
 #    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
 #    link packages from their caches: the same file is outside too).
 # 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
