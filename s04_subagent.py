@@ -191,7 +191,8 @@ MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
 HERE = Path(__file__).resolve().parent  # the agent's own folder
-SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys"]
+SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
+                  "/nix"]  # Nix keeps every program in /nix/store
 RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
                 ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
