@@ -84,8 +84,10 @@ TOOLS = [{
 # -- fence 1: the wall: the operating system confines every command ------------------------
 # Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
 # promises, each kept by a mechanism rather than a list of doors:
-# 1. Nothing outside the workspace changes, as root too: the system and /proc (kernel settings)
-#    are read-only; /tmp, /var/tmp, /run and /dev/shm are the command's own, in memory.
+# 1. Nothing outside the workspace changes, as root too: the system, /proc (kernel settings) and
+#    /dev are read-only; /tmp, /var/tmp, /run and /dev/shm are the command's own, in memory. No
+#    keyring of the user's is read or added to, and no user namespace is made, in which a command
+#    would have every capability again (a seccomp filter).
 # 2. No secret is read: of the home folder only PATH's folders and the agent's Python come back;
 #    every .env file of the workspace, and the agent's, reads as nothing; no variable outside
 #    command_env's allow-list.
@@ -95,34 +97,41 @@ TOOLS = [{
 # 4. Nothing runs later unless the user runs it: the real folder of each .git of the workspace,
 #    the agent's own folder and its Python are read-only mounts, which a command can neither
 #    write nor rename; and no file is made setuid or setgid (the filter), to run as root outside.
-# 5. Bounded: processes and memory for the command as a whole (a cgroup of its own; where none
-#    can be made, ulimit, per process), each file's size, /tmp's size, time (BASH_TIMEOUT).
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
+#    (a cgroup of its own); where none can be made, ulimit, per process, and the five in-memory
+#    folders (/tmp, /var/tmp, /run, /dev/shm, home) hold a fifth of MAX_MEMORY each. Each file's
+#    size; time (BASH_TIMEOUT). The result names a limit met: counted by the cgroup, even if the
+#    command went on; without one, if the command failed with the error that limit gives.
 # Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
 # a package's scripts) runs when the user runs it: review it (git status, git diff) first; so
 # is a repository, or a .git pointer, that the agent creates. As root, a command reads what root
 # can read on the system (/etc/shadow). A .env committed to git's history reads through git. The
 # workspace's disk use as a whole is not bounded: only each file's size (fallocate passes even it).
+# Without a cgroup several processes together may hold more than MAX_MEMORY, and root has no
+# process limit. Programs that need a keyring or a user namespace (podman) fail inside.
 # The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: a seccomp program that refuses Unix sockets and set-id modes (promises 3, 4).
+# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
 # - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
 # - gits_and_secrets, read_only_roots: the workspace searched for .git and .env (promises 2, 4).
 # - bwrap_problem: whether bubblewrap can start here at all; where it cannot, no command runs.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
-MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
+MAX_FILE = 2**30  # bytes one file may reach
 HERE = Path(__file__).resolve().parent  # the agent's own folder
-IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
-             for arg in ("--size", str(MAX_FILE), "--tmpfs", folder)]
-# /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too.
-WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
-        *IN_MEMORY, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # the command's own, as is the home folder
+# /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too. /dev
+# read-only: bwrap keeps it in memory too, with no size.
+WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
+        "--remount-ro", "/proc", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
            "set SANDBOX=off to run commands with only the filter in front of them")
 
 def walled(command: str, rules: int, group: list) -> list:
     """bash on `command` inside the wall, in cgroup `group`, its socket filter on fd `rules`."""
     wall = [*WALL, "--share-net"] if network_on() else [*WALL]
+    for folder in IN_MEMORY:
+        wall += in_memory(folder)
     for _, options in sorted(mounts(), key=lambda mount: len(mount[0].parts)):
         wall += options  # outermost first: a mount covers what is under it
     # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
@@ -134,10 +143,15 @@ def walled(command: str, rules: int, group: list) -> list:
     in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
     return [*in_group, *wall, "--", "bash", "-c", f"{limits}\n{command}"]
 
+def in_memory(folder: str) -> list:
+    """bwrap's options for a folder of the command's own in memory, which ulimit does not count: a
+    fifth of MAX_MEMORY, as five share it (IN_MEMORY, home); in whole MiB (the kernel rounds up)."""
+    return ["--size", str(MAX_MEMORY // 5 // 2**20 * 2**20), "--tmpfs", folder]
+
 def mounts() -> list:
     """(where, bwrap's options) for each mount over the read-only system, in no order."""
     home, workspace = Path.home(), WORKDIR.resolve()
-    found = [(home, ["--size", str(MAX_FILE), "--tmpfs", str(home)]),
+    found = [(home, in_memory(str(home))),
              (workspace, ["--bind", str(workspace), str(workspace)])]
     # Of the home folder, PATH's folders come back (not the tool folders around them: tokens).
     on_path = [Path(folder) for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
@@ -597,7 +611,7 @@ def run_bash(command: str) -> str:
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        pass_fds=[rules.fileno()])
         data, stopped = read_output(process)
-        met = limits_met(group)  # before the cgroup goes
+        met = limits_met(group, data)  # before the cgroup goes
     finally:  # kill the process group, then the cgroup: nothing the command started outlives it
         if process:
             with contextlib.suppress(ProcessLookupError):
@@ -610,7 +624,7 @@ def run_bash(command: str) -> str:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
     elif process.returncode:
         output += f"\n(exit code {process.returncode})"
-    if met and (stopped or process.returncode):
+    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
     return output or "(no output)"
 
@@ -634,14 +648,18 @@ def cap(text: str) -> str:
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 # -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
 # Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
+# reads, from the kernel's headers (asm/unistd_64.h on x86_64; asm-generic/unistd.h, which aarch64
+# uses). aarch64 has no open, creat, chmod or mknod: only their *at forms.
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
-                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
+                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259,
+                            "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+                            "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
                              "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
-                             "fchmodat2": 452, "mknodat": 33}),
+                             "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
+                             "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
 # The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
 # open's flags, after which comes a mode that counts only when they create a file.
@@ -651,6 +669,7 @@ FLAGS_AT = {"open": 1, "openat": 2}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
+NEW_USER_NAMESPACE = 0x10000000  # CLONE_NEWUSER, in the flags of unshare and clone
 REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 
 def read_only_roots(gits: list) -> list:
@@ -697,7 +716,8 @@ def cannot_search(error: OSError):
 
 def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
+    only of streams, no mode that makes a file setuid or setgid, no keyring, no new user
+    namespace. Refused calls fail (EPERM)."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
     sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
                  if name in calls]  # aarch64 has only some
@@ -712,6 +732,11 @@ def socket_filter() -> bytes:
         (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
         (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
         (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
+        (EQUAL, calls["clone3"], "no such call", None),  # its flags are in a struct: so does clone3
+        # The keyrings are the user's (Kerberos tickets); request_key can make the host look up DNS.
+        *[(EQUAL, calls[name], "refuse", None) for name in ("add_key", "request_key", "keyctl")],
+        (EQUAL, calls["unshare"], "new namespaces", None),
+        (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
         *sets_mode,
@@ -726,6 +751,9 @@ def socket_filter() -> bytes:
         (LOAD, ARGUMENTS[1], None, None),  # the type
         (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
         (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
+        "new namespaces",  # in a user namespace of its own, a command has every capability again
+        (LOAD, ARGUMENTS[0], None, None),  # the flags
+        (ANY_OF, NEW_USER_NAMESPACE, "refuse", "allow"),
     ]
     for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
         program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
@@ -787,9 +815,16 @@ def remove_group(group: list) -> None:
                 continue
             time.sleep(0.01)
 
-def limits_met(group: list) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
+def limits_met(group: list, output: bytes) -> list:
+    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
+    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
+    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    if not group:
+        last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+        errors = {os.strerror(errno.EAGAIN): f"{MAX_PROCESSES} processes",
+                  os.strerror(errno.ENOMEM): memory, "MemoryError": memory}
+        return [limit for error, limit in errors.items() if error in last]
     counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
                 "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
     met = []
