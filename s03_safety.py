@@ -783,8 +783,11 @@ def assemble(program: list) -> bytes:
 def make_group() -> list:
     """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
     Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
+    network = MAX_MEMORY // 8  # v1 counts TCP's buffers apart: they get a share of MAX_MEMORY
     limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
-              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
+              "memory.limit_in_bytes": MAX_MEMORY - network,  # v1: the rest, with or without swap
+              "memory.memsw.limit_in_bytes": MAX_MEMORY - network,
+              "memory.kmem.tcp.limit_in_bytes": network}
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
     parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]

@@ -1375,3 +1375,32 @@ def test_a_process_that_met_the_memory_bound_is_named_even_if_the_command_went_o
     command = "python3 -c 'b\"x\" * 2**29' || echo went on"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "went on" in content and "256 MiB" in content, content
+
+
+NETWORK_BUFFERS = """import socket, sys
+server = socket.create_server(("127.0.0.1", 0))  # inside the wall's own network
+queued, connections = 0, []
+for _ in range(int(sys.argv[1])):
+    sender = socket.create_connection(server.getsockname())
+    connections += [sender, server.accept()[0]]  # accepted, never read
+    sender.setblocking(False)
+    try:
+        while True:  # until the kernel holds no more for this connection
+            queued += sender.send(b"x" * 2**20)
+    except BlockingIOError:
+        pass
+print("queued", queued)
+"""
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_network_buffers_count_against_the_memory_bound(stage, scripted, workspace, monkeypatch):
+    """A command can keep memory in the kernel: the buffers of TCP connections that nobody reads
+    (here over loopback, in the wall's own network). Cgroup v1 counts them apart from the rest,
+    and did not bound them at all: forty connections held more than MAX_MEMORY (here 64 MiB)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    (workspace / "buffers.py").write_text(NETWORK_BUFFERS)
+    content = call_tool(stage, scripted, "bash", command="python3 buffers.py 40")["content"]
+    assert int(content.split("queued ")[1].split()[0]) <= stage.MAX_MEMORY, content
