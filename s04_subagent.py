@@ -169,9 +169,9 @@ class Indented:
 # 4. Nothing runs later unless the user runs it: the real folder of each .git of the workspace,
 #    the agent's own folder and its Python are read-only mounts, which a command can neither
 #    write nor rename; and no file is made setuid or setgid (the filter), to run as root outside.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
-#    (a cgroup of its own); where none can be made, ulimit, per process, and the five in-memory
-#    folders (/tmp, /var/tmp, /run, /dev/shm, home) hold a fifth of MAX_MEMORY each. Each file's
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders and
+#    network buffers included (a cgroup); where none can be made, ulimit, memory per process, and
+#    the five in-memory folders (IN_MEMORY, home) hold a fifth of MAX_MEMORY each. Each file's
 #    size; time (BASH_TIMEOUT). The result names a limit met: counted by the cgroup, even if the
 #    command went on; without one, if the command failed with the error that limit gives.
 # Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
@@ -216,8 +216,8 @@ def walled(command: str, rules: int, group: list) -> list:
     return [*in_group, *wall, "--", "bash", "-c", f"{limits}\n{command}"]
 
 def in_memory(folder: str) -> list:
-    """bwrap's options for a folder of the command's own in memory, which ulimit does not count: a
-    fifth of MAX_MEMORY, as five share it (IN_MEMORY, home); in whole MiB (the kernel rounds up)."""
+    """A folder of the command's own in memory, which ulimit does not count: five share MAX_MEMORY,
+    in whole MiB (the kernel rounds a size up to whole pages)."""
     return ["--size", str(MAX_MEMORY // 5 // 2**20 * 2**20), "--tmpfs", folder]
 
 def mounts() -> list:
@@ -726,8 +726,8 @@ def cap(text: str) -> str:
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 # -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
 # Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads, from the kernel's headers (asm/unistd_64.h on x86_64; asm-generic/unistd.h, which aarch64
-# uses). aarch64 has no open, creat, chmod or mknod: only their *at forms.
+# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
+# chmod or mknod: only their *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
@@ -794,8 +794,7 @@ def cannot_search(error: OSError):
 
 def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams, no mode that makes a file setuid or setgid, no keyring, no new user
-    namespace. Refused calls fail (EPERM)."""
+    only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
     sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
                  if name in calls]  # aarch64 has only some
