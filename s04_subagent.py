@@ -169,11 +169,11 @@ class Indented:
 # 4. Nothing runs later unless the user runs it: the real folder of each .git of the workspace,
 #    the agent's own folder and its Python are read-only mounts, which a command can neither
 #    write nor rename; and no file is made setuid or setgid (the filter), to run as root outside.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders and
-#    network buffers included (a cgroup); where none can be made, ulimit, memory per process, and
-#    the five in-memory folders (IN_MEMORY, home) hold a fifth of MAX_MEMORY each. Each file's
-#    size; time (BASH_TIMEOUT). The result names a limit met: counted by the cgroup, even if the
-#    command went on; without one, if the command failed with the error that limit gives.
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
+#    (a cgroup); where none can be made, ulimit, memory per process, and the five in-memory
+#    folders (IN_MEMORY, home) hold a fifth of MAX_MEMORY each. Each file's size; time
+#    (BASH_TIMEOUT). The result names a limit met: counted by the cgroup, even if the command
+#    went on; without one, if the command failed with the error that limit gives.
 # Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
 # a package's scripts) runs when the user runs it: review it (git status, git diff) first; so
 # is a repository, or a .git pointer, that the agent creates. As root, a command reads what root
@@ -862,8 +862,8 @@ def make_group() -> list:
     Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
     network = MAX_MEMORY // 8  # v1 counts TCP's buffers apart: they get a share of MAX_MEMORY
     limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
-              "memory.limit_in_bytes": MAX_MEMORY - network,  # v1: the rest, with or without swap
-              "memory.memsw.limit_in_bytes": MAX_MEMORY - network,
+              "memory.limit_in_bytes": MAX_MEMORY - network,  # v1: all but TCP's share,
+              "memory.memsw.limit_in_bytes": MAX_MEMORY - network,  # swap included
               "memory.kmem.tcp.limit_in_bytes": network}
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
