@@ -1338,8 +1338,8 @@ def test_a_command_cannot_make_a_user_namespace_of_its_own(stage, scripted, work
     """In a user namespace of its own a process has every capability again, the usual first step
     of an attack on the kernel: unshare and clone with CLONE_NEWUSER fail inside the wall. Threads
     still start (clone3 answers ENOSYS, and the C library falls back to clone)."""
-    flag = str(0x10000000)  # CLONE_NEWUSER; for clone, with SIGCHLD (17) for the child's end
-    command = system_calls(stage, workspace, ("unshare", flag), ("clone", str(0x10000000 | 17), "0"))
+    new_user = 0x10000000  # CLONE_NEWUSER; clone also takes SIGCHLD (17), the child's end signal
+    command = system_calls(stage, workspace, ("unshare", str(new_user)), ("clone", str(new_user | 17), "0"))
     command += "\npython3 -c 'import threading; threading.Thread(target=print, args=[\"a thread\"]).start()'"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert content.count("failed: Operation not permitted") == 2 and "a thread" in content, content
@@ -1400,8 +1400,8 @@ print("queued", queued)
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_network_buffers_count_against_the_memory_bound(stage, scripted, workspace, monkeypatch):
     """A command can keep memory in the kernel: the buffers of TCP connections that nobody reads
-    (here over loopback, in the wall's own network). Cgroup v1 counts them apart from the rest,
-    and did not bound them at all: forty connections held more than MAX_MEMORY (here 64 MiB)."""
+    (here over loopback, in the wall's own network). Cgroup v1 counts them apart from the rest and
+    bounds them only if told to: untold, forty connections held more than MAX_MEMORY (64 MiB)."""
     monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
     (workspace / "buffers.py").write_text(NETWORK_BUFFERS)
     content = call_tool(stage, scripted, "bash", command="python3 buffers.py 40")["content"]
