@@ -1406,3 +1406,17 @@ def test_network_buffers_count_against_the_memory_bound(stage, scripted, workspa
     (workspace / "buffers.py").write_text(NETWORK_BUFFERS)
     content = call_tool(stage, scripted, "bash", command="python3 buffers.py 40")["content"]
     assert int(content.split("queued ")[1].split()[0]) <= stage.MAX_MEMORY, content
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_a_command_keeps_in_memory_folders_counts_against_its_cgroup(stage, scripted, monkeypatch):
+    """Files in /tmp or /run live in memory. With a cgroup they count together with the memory of
+    the command's processes: 24 MiB of files and a process taking 45 MiB cannot both fit in
+    MAX_MEMORY (here 64 MiB), though each alone would."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    command = ("head -c 12M /dev/zero > /tmp/a && head -c 12M /dev/zero > /run/a && "
+               "python3 -c 'data = b\"x\" * 45 * 2**20; print(\"held\")'")
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "held" not in content and "64 MiB" in content, content
