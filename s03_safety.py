@@ -372,8 +372,39 @@ def read_output(process) -> tuple:
         return data, f"timed out after {BASH_TIMEOUT}s"
     return data, None
 
-# -- from s02: file tools, each a plain function that the model calls by name ---------------------
+# -- from s02: a tool is a schema and a function, looked up by name; the file tools ----------------
 
+def dispatch(block) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
+    schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
+    if block.name not in schemas:
+        return tool_result(block, f"error: no tool {block.name!r}; the tools: {', '.join(schemas)}",
+                           True)
+    if not isinstance(block.input, dict):
+        return tool_result(block, "error: a tool's arguments must be an object", True)
+    args = {name: value for name, value in block.input.items() if value is not None}  # null: unset
+    problem = check_args(schemas[block.name], args)
+    if problem:
+        return tool_result(block, f"error: {block.name}: {problem}", True)
+    try:
+        return tool_result(block, TOOL_HANDLERS[block.name](**args))
+    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
+        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
+
+def check_args(schema: dict, args: dict) -> str | None:
+    """What is wrong with the model's arguments for a tool, or None if they fit its schema."""
+    for name in schema["required"]:
+        if name not in args:
+            return f"missing required argument {name!r}"
+    for name, value in args.items():
+        wanted = schema["properties"].get(name, {}).get("type")
+        if wanted is None:
+            return f"unexpected argument {name!r}; it takes {', '.join(schema['properties'])}"
+        if not isinstance(value, JSON_TYPES[wanted]) or isinstance(value, bool):  # True is an int
+            return f"argument {name!r} must be of type {wanted}, not {type(value).__name__}"
+    return None
+
+JSON_TYPES = {"string": str, "integer": int}
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
     check_door(file, writing=False)
@@ -426,20 +457,8 @@ def list_dir(path: str = ".") -> str:
     entries = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
     return cap("\n".join(entries)) or "(empty folder)"
 
-def check_args(schema: dict, args: dict) -> str | None:
-    """What is wrong with the model's arguments for a tool, or None if they fit its schema."""
-    for name in schema["required"]:
-        if name not in args:
-            return f"missing required argument {name!r}"
-    for name, value in args.items():
-        wanted = schema["properties"].get(name, {}).get("type")
-        if wanted is None:
-            return f"unexpected argument {name!r}; it takes {', '.join(schema['properties'])}"
-        if not isinstance(value, JSON_TYPES[wanted]) or isinstance(value, bool):  # True is an int
-            return f"argument {name!r} must be of type {wanted}, not {type(value).__name__}"
-    return None
+# -- from s02: hardening: no file tool hangs, floods the context, or leaves a file half-written ----
 
-JSON_TYPES = {"string": str, "integer": int}
 FILE_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
               (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
@@ -472,8 +491,8 @@ def write_atomically(file: Path, text: str) -> None:
     temp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
-            if target.exists():  # keep its permission bits (a script stays executable) but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # setuid, setgid
+            if target.exists():  # keep its permission bits (a script stays executable), but
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -482,7 +501,7 @@ def write_atomically(file: Path, text: str) -> None:
         temp.unlink(missing_ok=True)
         raise
 
-# -- from s01: the loop, and its tools dispatched by name ------------------------------------------
+# -- from s01: the loop, and bash ------------------------------------------------------------------
 
 def agent_loop(messages: list) -> str:
     """Call the model and run the tools it asks for until it stops; return its final text."""
@@ -504,15 +523,13 @@ def call_model(messages: list):
         "max_tokens": MAX_TOKENS,
         "cache_control": {"type": "ephemeral"},  # each call re-sends the history: cache it
     }
-    with recorded(request) as call:  # in the transcript, whatever happens
-        call["response"] = stream_reply(request)
-    show_usage(call["response"].usage)
-    return call["response"]
+    response = stream_reply(client.messages.stream(**request), request)  # the API call
+    show_usage(response.usage)
+    return response
 
 TURN_ENDERS = {  # stop reasons after which the turn cannot go on
     "refusal": "the model declined this request (refusal); rephrase it and try again",
     "model_context_window_exceeded": "the conversation outgrew the context window; start anew",
-    None: "the reply stopped midway (the server closed the stream); check ANTHROPIC_BASE_URL",
 }
 
 def take_reply(messages: list, response) -> str | None:
@@ -523,7 +540,7 @@ def take_reply(messages: list, response) -> str | None:
     add_reply(messages, response.content)
     calls = [block for block in response.content if block.type == "tool_use"]
     if stop == "max_tokens":
-        print(dim("(the reply was cut off at max_tokens)"))
+        show("(the reply was cut off at max_tokens)", grey=True)
     if stop == "max_tokens" and calls:  # a cut-off call may have lost arguments: never run it
         cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
         messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
@@ -537,15 +554,13 @@ def take_reply(messages: list, response) -> str | None:
 
 def run_turn(messages: list, user_text: str) -> None:
     """One turn. If it fails, it leaves the history (which so stays valid); the session goes on."""
-    global turn_number
-    turn_number += 1  # the transcript says which turn each call belongs to
     start = len(messages)
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
         agent_loop(messages)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
         del messages[start:]
-        print(f"\n{printable(describe_error(error))}. The turn was dropped (files stay changed).")
+        show(f"\n{describe_error(error)}. The turn was dropped (files stay changed).")
 
 def add_reply(messages: list, content: list) -> None:
     """Without empty text blocks (the API rejects them), and not at all if empty."""
@@ -553,7 +568,7 @@ def add_reply(messages: list, content: list) -> None:
     if content:
         messages.append({"role": "assistant", "content": content})
     else:
-        print(dim("(the model sent an empty reply)"))
+        show("(the model sent an empty reply)", grey=True)
 
 def system_prompt() -> str:
     network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
@@ -572,23 +587,6 @@ def run_tool(block) -> dict:
     result = dispatch(block)
     show_tool_result(result)
     return result
-
-def dispatch(block) -> dict:
-    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
-    schemas = {tool["name"]: tool["input_schema"] for tool in TOOLS}
-    if block.name not in schemas:
-        return tool_result(block, f"error: no tool {block.name!r}; the tools: {', '.join(schemas)}",
-                           True)
-    if not isinstance(block.input, dict):
-        return tool_result(block, "error: a tool's arguments must be an object", True)
-    args = {name: value for name, value in block.input.items() if value is not None}  # null: unset
-    problem = check_args(schemas[block.name], args)
-    if problem:
-        return tool_result(block, f"error: {block.name}: {problem}", True)
-    try:
-        return tool_result(block, TOOL_HANDLERS[block.name](**args))
-    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
-        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
 
 def run_bash(command: str) -> str:
     """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
@@ -626,9 +624,11 @@ def run_bash(command: str) -> str:
         output += f"\n(exit code {process.returncode})"
     if met and (group or stopped or process.returncode):  # a count, or a failure's own error
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
+    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
+        raise TimeoutError(output.strip())
     return output or "(no output)"
 
-TOOL_HANDLERS = {
+TOOL_HANDLERS = {  # what each tool's name runs: here, once run_bash is defined
     "bash": run_bash,
     "read_file": read_file,
     "write_file": write_file,
@@ -995,14 +995,12 @@ def split_commands(text: str) -> list:
     return commands
 
 
-def dim(text: str) -> str:
-    """Grey on a terminal; plain in a pipe or a file, or when NO_COLOR is set."""
-    grey = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    return f"\033[2m{text}\033[0m" if grey else text
-
-def printable(text: str) -> str:
-    """Control characters escaped: an escape sequence could set the terminal's title, say."""
-    return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
+def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
+    """All a stage prints, control characters escaped: an escape sequence can drive the terminal."""
+    text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
+    if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
+        text = f"\033[2m{text}\033[0m"
+    print(text, end=end, file=file, flush=True)  # file None: standard output
 
 def shorten(line: str, width: int = 120) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -1010,16 +1008,16 @@ def shorten(line: str, width: int = 120) -> str:
 def show_tool_call(block) -> None:
     arguments = block.input.values() if isinstance(block.input, dict) else [block.input]
     shown = " ".join(map(str, arguments)).replace("\n", " ")  # one line, however long the input
-    print(dim(printable(f"> {block.name}: {shorten(shown)}")))
+    show(f"> {block.name}: {shorten(shown)}", grey=True)
 
 def show_tool_result(result: dict) -> None:
     """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""
     lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
     failed = result["is_error"] or lines[-1].startswith("(exit code")
     for line in lines[-3:] if failed else lines[:1]:
-        print(dim(printable(f"  {shorten(line)}")))
+        show(f"  {shorten(line)}", grey=True)
     if len(lines) > 1:
-        print(dim(f"  ({len(lines)} lines in all)"))
+        show(f"  ({len(lines)} lines in all)", grey=True)
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""
@@ -1027,8 +1025,8 @@ def context_tokens(usage) -> int:
     return usage.input_tokens + cached
 
 def show_usage(usage) -> None:
-    print(dim(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,}"
-              f" read from cache; output {usage.output_tokens:,}]"))
+    show(f"[context {context_tokens(usage):,} tokens, {usage.cache_read_input_tokens or 0:,} read "
+         f"from cache; output {usage.output_tokens:,}]", grey=True)
 
 def text_of(content) -> str:
     return "\n".join(block.text for block in content if block.type == "text")
@@ -1037,31 +1035,43 @@ def valid_utf8(text: str) -> str:
     """Python keeps bytes that are not UTF-8 as lone surrogates, which the API cannot take."""
     return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
-def stream_reply(request: dict):
-    """Send the request with the SDK's stream helper; print the text as it comes; return it all."""
+def stream_reply(stream, request: dict, **fields):
+    """Open the stream (the SDK sends the request then), show its text as it comes, record it."""
     import anthropic  # loaded by make_client already
-    try:
-        with client.messages.stream(**request) as stream:
-            for text in stream.text_stream:
-                print(printable(text), end="", flush=True)
-            reply = stream.get_final_message()
-    except anthropic.APIError:
-        raise
-    # Mid-stream the SDK wraps no error: a timeout, a tool call's broken JSON, a body with no events
-    except Exception as error:  # noqa: BLE001
-        raise TurnFailed(f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)})"
-                         "; check ANTHROPIC_BASE_URL and MODEL_ID, or raise API_TIMEOUT for a slow "
-                         "server") from None
-    if text_of(reply.content):
-        print()  # end the line the text streamed onto
-    return reply
+    with recorded(request, **fields) as call, stream as events:
+        try:
+            for text in events.text_stream:
+                show(text, end="")
+            call["response"] = events.get_final_message()
+        except anthropic.APIError:  # an error event in the stream: the server's own words
+            raise
+        except Exception as error:  # noqa: BLE001 - mid-stream the SDK wraps no error
+            raise TurnFailed(broke_off(error, events.response.headers)) from None
+        if text_of(call["response"].content):
+            show("")  # end the line the text streamed onto
+        if call["response"].stop_reason is None:  # the stream ended before its stop reason
+            raise TurnFailed("the reply stopped midway (the server closed the stream)")
+    return call["response"]
+
+def broke_off(error: Exception, headers) -> str:
+    """Why a stream failed: the SDK says only "timed out", or asserts when no events came at all."""
+    sent = headers.get("content-type") or "no content type"
+    if not sent.startswith("text/event-stream"):
+        return (f"the server did not answer with the Messages API's stream of events (it sent "
+                f"{sent}); check ANTHROPIC_BASE_URL")
+    slow = "Timeout" in type(error).__name__  # the HTTP library's ReadTimeout: a gap too long
+    hint = "raise API_TIMEOUT for a slow server" if slow else "check ANTHROPIC_BASE_URL, MODEL_ID"
+    return f"the reply broke off ({shorten(str(error) or type(error).__name__, 100)}); {hint}"
 
 SESSION = os.urandom(4).hex()  # each transcript line names its run of the stage...
-turn_number = 0  # ...and your turn, counted by run_turn
+turn_number = 0  # ...and your turn, counted here
 
 @contextlib.contextmanager
 def recorded(request: dict, **fields):
     """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
+    global turn_number
+    if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
+        turn_number += 1  # the parent's history ends with what you typed: your next turn begins
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -1087,7 +1097,7 @@ def save_transcript(line: dict | None) -> None:
                     mode="json", exclude_none=True)) + "\n")
     except OSError as error:
         del os.environ["TRANSCRIPT"]
-        print(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
+        show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
 
 def describe_error(error: BaseException) -> str:
     """What ended a turn (or a model call), in one line naming the setting to check."""
@@ -1095,90 +1105,106 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
     if isinstance(error, anthropic.APIConnectionError):  # the error it chains says why
+        slow = isinstance(error, anthropic.APITimeoutError)  # not a refused port or unknown host
+        hint = ", or raise API_TIMEOUT for a slow server" if slow else ""
         return (f"API error: cannot reach {error.request.url} ({error.__cause__ or error}); "
-                "check ANTHROPIC_BASE_URL, or raise API_TIMEOUT for a slow server")
+                f"check ANTHROPIC_BASE_URL{hint}")
     if isinstance(error, anthropic.APIStatusError):
-        text = f"API error {error.status_code} ({server_said(error)}), request {error.request_id}"
-        if error.status_code in (400, 401, 403, 404):  # from a proxy too: a wrong setting
+        request = f", request {error.request_id}" if error.request_id else ""  # many servers: none
+        text = f"API error {error.status_code} ({server_said(error)}){request}"
+        if error.status_code in (401, 403, 404):  # a setting, from a proxy too; a 400: the request
             text += "; check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID"
         return text
     return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
 def server_said(error) -> str:
-    """The type and message of an error body (the oldest SDK allowed has no fields for them)."""
+    """An error body's type and message (old SDKs lack fields for them), or a page's words."""
     details = error.body.get("error") if isinstance(error.body, dict) else None
     if isinstance(details, dict):
         return f"{details.get('type')}: {details.get('message')}"
-    return shorten(error.response.text.strip(), 200) or "no message"
+    words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
+    return shorten(" ".join(words), 100) or "no message"
 
 MISSING_KEY = """\
-No API key: set ANTHROPIC_API_KEY, in the environment or in .env beside this script (copy
-.env.example to .env). For a compatible provider set ANTHROPIC_BASE_URL too; MODEL_ID picks the
-model. No key at all? `python tests/demo.py {stage}` runs this stage with a scripted model."""
+No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this script (copy
+.env.example). A compatible provider also needs ANTHROPIC_BASE_URL and MODEL_ID; a local server
+(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
 
 def make_client():
-    """The API client, or None without a key. (Imported here, the SDK delays no message.)"""
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        return None
+    """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
     import anthropic
-    hooks = {"request": [show_retry]}  # the HTTP client calls it before every try
+    hooks = {"request": [show_retry], "response": [answers.append]}  # called on each try
     return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
                                http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
+
+answers = []  # the HTTP client adds each answer it gets (see make_client)
 
 def show_retry(request) -> None:
     """The SDK retries by itself, silently, and numbers its tries in a header: say each retry."""
     retry = request.headers.get("x-stainless-retry-count", "0")
+    got = f"HTTP {answers[-1].status_code}" if answers else "no answer"  # the last try's answer
+    answers.clear()
     if retry != "0":
-        print(dim(f"(the last try failed; trying again, {retry} of {API_RETRIES})"), flush=True)
+        show(f"(the last try got {got}; trying again, {retry} of {API_RETRIES})", grey=True)
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
 
-def number_setting(name: str, default: int) -> int:
+def number_setting(name: str, default: int, least: int = 1) -> int:
+    """A whole number from the environment, or `default` if unset; one that cannot work stops."""
     value = os.environ.get(name, "").strip()
-    if value and not value.isdecimal():
-        print(f"{name}={value!r} is not a whole number; using {default}")
-    return int(value) if value.isdecimal() else default
+    if value and not (value.isdecimal() and int(value) >= least):
+        raise ValueError(f"{name}={value!r} cannot work: write a whole number, {least} or more")
+    return int(value) if value else default
 
-def wall_state() -> str:
-    """One line at start-up: what the wall holds back, or why commands will not run."""
+def wall_state() -> None:
+    """Say in one line at start-up what the wall holds back, or why commands will not run."""
     if sandbox_off():
-        return dim("the wall is off (SANDBOX=off): only the filter stands in front of commands")
-    if bwrap_problem():
-        return f"No command will run: {NO_WALL.format(problem=bwrap_problem())}."
-    network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on)"
-    return dim(f"the wall is on: read-only system and .git, the workspace writable, {network}, "
-               "home hidden")
+        show("the wall is off (SANDBOX=off): only the filter stands in front of commands",
+             grey=True)
+    elif bwrap_problem():
+        show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
+    else:
+        network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
+        show(f"the wall is on: read-only system and .git, the workspace writable, {network}, "
+             "home hidden", grey=True)
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
-    API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
-    API_RETRIES = number_setting("API_RETRIES", API_RETRIES)
-    MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
-    MAX_MODEL_CALLS = number_setting("MAX_MODEL_CALLS", MAX_MODEL_CALLS)
-    if not re.fullmatch(r"https?://[^/:]+(:[0-9]+)?(/.*)?", base_url()):  # http(s)://host:port
-        print(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as http://host:port "
-              "or https://host", file=sys.stderr)
+    try:  # a setting that cannot work is one line now, not a failure at each call
+        API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
+        API_RETRIES = number_setting("API_RETRIES", API_RETRIES, least=0)
+        MAX_TOKENS = number_setting("MAX_TOKENS", MAX_TOKENS)
+        MAX_MODEL_CALLS = number_setting("MAX_MODEL_CALLS", MAX_MODEL_CALLS)
+        if not re.fullmatch(r"https?://[^/:]+(:[0-9]+)?(/.*)?", base_url()):  # http(s)://host:port
+            raise ValueError(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as "
+                             "http://host:port or https://host")
+        for name in ("SANDBOX", "NETWORK"):  # a typo such as SANDBOX=of must not pass unseen
+            if os.environ.get(name, "").lower() not in ("", "off", "on"):
+                raise ValueError(f"{name}={os.environ[name]!r} cannot work: write off or on")
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise ValueError(MISSING_KEY.format(stage=STAGE))
+    except ValueError as problem:
+        show(str(problem), file=sys.stderr)
         return 2
     client = make_client()
-    if client is None:
-        print(MISSING_KEY.format(stage=STAGE), file=sys.stderr)
-        return 2
     if WORKDIR.resolve().is_relative_to(HERE):  # the wall keeps the agent's own folder read-only
         WORKDIR = HERE / "play"
         WORKDIR.mkdir(exist_ok=True)
-        print(dim(f"this is the agent's own folder, which it cannot change: it works in {WORKDIR}"))
+        show(f"this is the agent's own folder, which it cannot change: it works in {WORKDIR}",
+             grey=True)
     if Path.home().resolve().is_relative_to(WORKDIR.resolve()):  # the home folder, /home, or /
-        print(f"Not starting in {WORKDIR}: the workspace would hold your home folder, whose "
-              "secrets the file tools would show; start the agent in a project folder.",
-              file=sys.stderr)
+        show(f"Not starting in {WORKDIR}: the workspace would hold your home folder, whose "
+             "secrets the file tools would show; start the agent in a project folder.",
+             file=sys.stderr)
         return 2
-    print(wall_state())
+    wall_state()
     save_transcript(None)  # can it be written? If not, it says so now and recording is off
-    print(dim(f"model {os.environ.get('MODEL_ID') or DEFAULT_MODEL} at {base_url().rstrip('/')}"))
+    model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
+    show(f"model {model} at {base_url().rstrip('/')}", grey=True)
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # input() gets line editing; Up recalls earlier lines
@@ -1187,17 +1213,17 @@ def main() -> int:
         try:
             user_text = input(PROMPT)
         except EOFError:
-            print()
+            show("")
             return 0
         except KeyboardInterrupt:
-            print()
+            show("")
             readline = sys.modules.get("readline")  # it holds what was typed
             if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:
                 return 0
             else:  # on an empty line it asks once before leaving
-                print(dim("(press Ctrl-C again or type q to leave)"))
+                show("(press Ctrl-C again or type q to leave)", grey=True)
                 warned = True
             continue
         warned = False

@@ -76,7 +76,7 @@ SESSIONS = {
                   "of a query. storage.py: saves and loads notes as JSON files."),
             # back in the parent
             reply("src/ is a small notes app: cli.py is the command line, search.py finds notes by words, and "
-                  "storage.py keeps them as JSON. Its context grew only by that summary."),
+                  "storage.py keeps them as JSON."),
         ]),
     ],
 }
@@ -227,12 +227,26 @@ def show_message_lists(messages: list, transcript: Path) -> None:
         print("   ".join(f"{cell:<38}" for cell in row).rstrip())
 
 
+def show_parent_growth(transcript: Path) -> None:
+    """What the parent's context grew by from its first call to its second, and of what: its own
+    reply (its text and the task call) and the task's result, the child's summary."""
+    [parent, *_] = view.build_lanes(view.read_calls(transcript.read_text().splitlines()))
+    first, second = parent["calls"][:2]
+    reply, result = view.messages_of(second)[len(view.messages_of(first)):]
+    grew = view.context_size(second) - view.context_size(first)
+    print(f"\nThe parent's context grew by {grew:,} tokens from its first call to its second, of which")
+    print(f"  ~{estimate_tokens(reply):,} are its own reply (its text and the task call)")
+    print(f"  ~{estimate_tokens(result):,} are the task's result (the child's summary)")
+    print("and none are the child's reading.")
+
+
 def run_demo(short_name: str, wire: str = "", html: Path | None = None,
-             keep: Path | None = None) -> None:
+             keep: Path | None = None, page_is_kept: bool = True) -> None:
     """Play the stage's session: the real stage code, a scripted model, a throwaway workspace.
     The stage's own TRANSCRIPT feature records each call. `wire` prints the calls after each turn:
     "new" what each adds, "full" every request and reply whole. `html` writes a page of the run
-    (see tests/view.py); `keep` keeps a copy of the transcript."""
+    (see tests/view.py), and says where unless it is not kept; `keep` keeps a copy of the
+    transcript."""
     stage = importlib.import_module(STAGES[short_name])
     session = SESSIONS[short_name]
     print(f"=== {STAGES[short_name]}.py demo: the model is SCRIPTED (no API key, no network); the stage code is real ===")
@@ -258,11 +272,13 @@ def run_demo(short_name: str, wire: str = "", html: Path | None = None,
                 os.environ["TRANSCRIPT"] = user_transcript
         if short_name == "s04":
             show_message_lists(messages, transcript)
+            show_parent_growth(transcript)
         if keep:
             shutil.copyfile(transcript, keep)
         if html:
             page = view.write_page(transcript, html)
-            print(f"\nThe picture of this run: {page} (open it in a browser)")
+            if page_is_kept:
+                print(f"\nThe picture of this run: {page} (open it in a browser)")
         elif short_name == "s04":
             print(f"\nSee this run as a page: python tests/demo.py {short_name} --html run.html")
     print("\n=== end of the scripted demo. With a key in .env, run the stage itself to talk to a real model. ===")
@@ -289,7 +305,7 @@ def main(argv: list) -> int:
         return 0
     with tempfile.TemporaryDirectory() as folder:  # a page is needed for the picture
         page = options.html or Path(folder) / "run.html"
-        run_demo(options.stage, options.wire, page)
+        run_demo(options.stage, options.wire, page, page_is_kept=page == options.html)
         problem = browser.screenshot_problem(page, options.png)
     if problem:
         print(problem, file=sys.stderr)
@@ -299,4 +315,8 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader left early (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        sys.exit(1)

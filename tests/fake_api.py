@@ -3,6 +3,8 @@
 A script is a list of what the model does next, one item per model call:
 - `reply(...)`: a Messages API reply (strings are text blocks, `tool(...)` are tool calls);
 - `api_error(status, message)`: the API answers with that HTTP error (a JSON body and a request id);
+- `web_page(status, page)`: a web server answers instead, with an HTML page and no request id
+  (FakeAPI only);
 - `SILENCE`: the server takes the request and never answers (FakeAPI only);
 - what compatible servers do (FakeAPI only): `reply(..., plain_json=True)` answers a streamed
   request with one JSON body, `reply(..., hang_up=True)` closes the stream after the first piece
@@ -13,7 +15,8 @@ A script is a list of what the model does next, one item per model call:
 Two ways to serve a script, both streaming the reply as the API does:
 - `ScriptedClient(script)` stands in for `anthropic.Anthropic()` inside the test
   process: `client.messages.stream(...)` yields the reply's text in pieces, then
-  gives a real `anthropic.types.Message`.
+  gives a real `anthropic.types.Message`; an `api_error` (the history check's 400 too) raises
+  the SDK's own `APIStatusError`, as the real client does.
 - `FakeAPI(script)` is a local HTTP server speaking the Messages API, with server-sent
   events when asked to stream, so the real SDK (and a stage run as a subprocess) talks
   to it through `ANTHROPIC_BASE_URL`.
@@ -80,6 +83,34 @@ def press_ctrl_c(request: dict) -> dict:
 def api_error(status: int, message: str, kind: str = "api_error") -> dict:
     """The API answers with HTTP `status`, body {"type": "error", "error": {"type": kind, ...}}."""
     return {"error_status": status, "message": message, "kind": kind}
+
+
+def web_page(status: int, page: str) -> dict:
+    """Not the API but a web server (nginx, a proxy, a dev server) answers: HTTP `status`, HTML."""
+    return {"web_page": page, "status": status}
+
+
+NGINX_500 = "<html><body><h1>500 Internal Server Error</h1>nginx</body></html>"
+APACHE_501 = """<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">
+<html><head>
+<title>501 Not Implemented</title>
+</head><body>
+<h1>Not Implemented</h1>
+<p>POST to /v1/messages not supported.<br />
+</p>
+<hr>
+<address>Apache/2.4.62 (Debian) Server at 127.0.0.1 Port 80</address>
+</body></html>
+"""
+
+
+def status_error(answer: dict) -> anthropic.APIStatusError:
+    """The SDK's exception for an `api_error` answer, as the real client raises it (no HTTP)."""
+    body = {"type": "error", "error": {"type": answer["kind"], "message": answer["message"]}}
+    response = SimpleNamespace(status_code=answer["error_status"], request=None,
+                               headers={"request-id": f"req_fake{next(_ids):04d}"})
+    return anthropic.APIStatusError(f"Error code: {answer['error_status']} - {body}",
+                                    response=response, body=body)
 
 
 def as_json(value):
@@ -156,7 +187,7 @@ class Script:
     def next_reply(self, request: dict) -> dict:
         problem = history_problem(request["messages"])
         if problem:  # the real API rejects such a request with a 400
-            return api_error(400, f"invalid conversation history: {problem}")
+            return api_error(400, f"invalid conversation history: {problem}", "invalid_request_error")
         with self.lock:
             if not self.items:
                 raise AssertionError(f"the script ran out of replies at request {len(self.requests) + 1}")
@@ -165,7 +196,7 @@ class Script:
             item = self.items.pop(0)
         if callable(item):
             item = item(request)
-        if "error_status" in item or "silence" in item:
+        if "error_status" in item or "silence" in item or "web_page" in item:
             return item
         # The cache holds the previous request of the same conversation when this one extends it.
         cached = 0
@@ -185,12 +216,15 @@ def text_pieces(message: dict, size: int = 16):
 
 
 class ScriptedStream:
-    """What `client.messages.stream(...)` returns, played from a script item."""
+    """What `client.messages.stream(...)` returns, played from a script item. As the SDK's, it
+    sends nothing until it is opened (`with ... as stream`): then the script plays its next item."""
 
-    def __init__(self, answer: dict):
-        self.answer = answer
+    def __init__(self, play):
+        self.play = play
+        self.answer = None
 
     def __enter__(self):
+        self.answer = self.play()
         return self
 
     def __exit__(self, *exc):
@@ -222,14 +256,18 @@ class ScriptedClient:
         return self.script.requests
 
     def stream(self, **request) -> ScriptedStream:
+        return ScriptedStream(lambda: self.answer(request))
+
+    def answer(self, request: dict) -> dict:
         answer = self.script.next_reply(as_json(request))
-        odd = ("error_status", "silence", "plain_json", "hang_up")
+        if "error_status" in answer:  # what the SDK raises for it (the history check's 400 too)
+            raise status_error(answer)
+        odd = ("silence", "web_page", "plain_json", "hang_up")
         if any(key in answer for key in odd) or any("raw" in block for block in answer["content"]):
-            # The real API would answer with this HTTP error; a test that wants the SDK's
-            # exception for it uses FakeAPI, where the real SDK makes that exception.
+            # A test that wants what the SDK makes of such an answer uses FakeAPI.
             raise AssertionError(f"ScriptedClient cannot act out {answer}; use FakeAPI")
         answer.pop("gate", None)
-        return ScriptedStream(answer)
+        return answer
 
 
 def sse_events(message: dict, gate: Gate | None = None):
@@ -282,6 +320,9 @@ class FakeAPI:
                 if "silence" in answer:
                     closing.wait(10)  # the request was taken; no answer ever comes
                     return
+                if "web_page" in answer:
+                    self.send_page(answer["status"], answer["web_page"])
+                    return
                 status = answer.get("error_status", 200)
                 if status != 200:
                     request_id = f"req_fake{next(_ids):04d}"
@@ -300,6 +341,14 @@ class FakeAPI:
                 if request_id:
                     self.send_header("request-id", request_id)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def send_page(self, status: int, page: str):
+                body = page.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

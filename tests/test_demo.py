@@ -1,7 +1,9 @@
 """The offline demo: every stage runs for real against a scripted model, with no key."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import demo
 import pytest
@@ -46,6 +48,24 @@ def test_the_s04_demo_shows_the_parents_context_staying_small(capsys):
     parent_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     sizes = context_sizes("\n".join(parent_lines))
     assert len(sizes) == 2 and sizes[1] - sizes[0] < 300
+
+
+def test_the_s04_demo_says_what_the_parents_context_grew_by(capsys):
+    """Between the parent's two calls, its context grows by its own reply (its text and the task
+    call) and by the task's result, which holds the child's summary. The demo counts both: they
+    are the parent's messages 2 and 3 in its table, and they add up to the growth its usage lines
+    show, but for the punctuation between messages."""
+    assert demo.main(["s04"]) == 0
+    out = capsys.readouterr().out
+    sizes = context_sizes("\n".join(line for line in out.splitlines() if line.startswith("[")))
+    said = re.search(r"grew by ([\d,]+) tokens.*?~([\d,]+) are its own reply.*?~([\d,]+) are the task's",
+                     out, re.DOTALL)
+    grew, own_reply, result = [int(figure.replace(",", "")) for figure in said.groups()]
+    assert grew == sizes[1] - sizes[0]
+    assert 0 <= grew - (own_reply + result) <= 5
+    table = out.split("=== the message lists at the end")[1].splitlines()
+    parent_rows = {row[:2].strip(): row[:38].split()[-1] for row in table if row[:2].strip().isdigit()}
+    assert parent_rows["2"] == str(own_reply) and parent_rows["3"] == str(result)
 
 
 def test_the_documented_demo_command_works_with_no_key(tmp_path):
@@ -98,6 +118,29 @@ def test_the_html_option_writes_a_page_of_the_run(tmp_path, capsys):
     assert f"The picture of this run: {tmp_path / 'run.html'}" in capsys.readouterr().out
     page = (tmp_path / "run.html").read_text()
     assert page.count("data-call=") == page.count("data-bar=") == 5
+
+
+def test_output_into_a_pipe_that_closes_early_ends_quietly(tmp_path):
+    """`python tests/demo.py s01 --wire | head` closes the pipe after ten lines: the demo stops
+    without a BrokenPipeError traceback. (Here the pipe is closed before the first line.)"""
+    demo_run = subprocess.Popen([sys.executable, str(ROOT / "tests/demo.py"), "s01", "--wire"],
+                                cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    demo_run.stdout.close()  # as `head` does once it has its lines
+    errors = demo_run.stderr.read()
+    assert demo_run.wait(timeout=60) != 0
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+@pytest.mark.slow  # starts Chromium: seconds; CI runs it
+def test_a_picture_alone_names_no_page_that_is_gone(tmp_path, capsys):
+    """`--png x.png` without `--html` draws the page in a temporary folder: what the demo prints
+    names only files that are still there when it ends (the picture, not the deleted page)."""
+    code = demo.main(["s04", "--png", str(tmp_path / "x.png")])
+    out = capsys.readouterr().out
+    named = [Path(word.rstrip(".,)")) for word in out.split() if word.endswith((".png", ".html"))]
+    assert code == 0 and tmp_path / "x.png" in named
+    assert all(path.exists() for path in named if path.is_absolute()), out
 
 
 def test_the_demo_explains_its_usage(capsys):

@@ -1,5 +1,6 @@
 """Stage 1: the agent loop. Every later stage must keep these promises, so most tests run on all stages."""
 
+import ast
 import contextlib
 import io
 import json
@@ -23,7 +24,19 @@ from conftest import (
     run_stage,
     stages_from,
 )
-from fake_api import SILENCE, FakeAPI, Gate, api_error, broken_tool, history_problem, reply, tool
+from fake_api import (
+    APACHE_501,
+    NGINX_500,
+    SILENCE,
+    FakeAPI,
+    Gate,
+    api_error,
+    broken_tool,
+    history_problem,
+    reply,
+    tool,
+    web_page,
+)
 
 import s01_loop
 
@@ -218,8 +231,7 @@ def test_api_error_drops_the_failed_turn_and_the_session_goes_on(stage, scripted
 
 def test_an_overloaded_api_is_retried_by_the_sdk(scripted, monkeypatch, capsys):
     """Retrying 429, 529 and 5xx is the SDK's job: the client main() builds keeps its retries,
-    so a passing overload costs a short wait, not the turn. The wait is shown as it happens, with
-    its reason, from what the SDK logs."""
+    so a passing overload costs a short wait, not the turn. The wait is shown as it happens."""
     with FakeAPI([api_error(529, "overloaded"), reply("made it")]) as api:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
@@ -228,6 +240,22 @@ def test_an_overloaded_api_is_retried_by_the_sdk(scripted, monkeypatch, capsys):
         assert len(api.requests) == 2
     out = capsys.readouterr().out
     assert "made it" in out and "trying again" in out
+
+
+def retry_lines(out: str) -> list:
+    return [line for line in out.splitlines() if "trying again" in line]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_retry_says_why_the_last_try_failed(stage, scripted, monkeypatch, capsys):
+    """"Trying again" alone does not say whether the server is overloaded or not there at all:
+    each retry line names what the last try got, the HTTP status of an answer (here 529), or no
+    answer at all (a silent server)."""
+    with FakeAPI([api_error(529, "overloaded"), SILENCE, reply("made it")]) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch, retries=2))
+        stage.run_turn([], "hi")
+    overloaded, silent = retry_lines(capsys.readouterr().out)
+    assert "529" in overloaded and "529" not in silent and "no answer" in silent
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -251,6 +279,7 @@ def test_unreachable_api_says_so(stage, scripted, capsys):
     out = capsys.readouterr().out
     assert f"cannot reach {api.url}/v1/messages" in out and "refused" in out
     assert "check ANTHROPIC_BASE_URL" in out and "Traceback" not in out and messages == []
+    assert "API_TIMEOUT" not in out, "nothing is slow at a closed port: no timeout hint"
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -264,6 +293,7 @@ def test_https_to_a_plain_http_server_says_tls_failed(stage, scripted, capsys):
         stage.run_turn([], "hi")
     out = capsys.readouterr().out
     assert f"cannot reach {https}/v1/messages" in out and "SSL" in out and "ANTHROPIC_BASE_URL" in out
+    assert "API_TIMEOUT" not in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -278,6 +308,44 @@ def test_a_rejected_request_shows_the_servers_type_message_and_request_id_not_a_
     said = r"API error 404 \(not_found_error: model: claude-nope\), request req_\w+; check"
     assert re.search(said, out)
     assert "{'type'" not in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize(("page", "shown"), [(NGINX_500, "500 Internal Server Error nginx"),
+                                             (APACHE_501, "501 Not Implemented Not Implemented")],
+                         ids=["nginx_500", "apache_501"])
+def test_an_error_page_shows_its_status_and_words_not_its_html(stage, page, shown, scripted,
+                                                               capsys):
+    """A web server or a proxy answers with an HTML error page and no request id: the line shows
+    the status and the page's words, without its tags or line breaks, and no `request None`."""
+    status = int(shown[:3])
+    with FakeAPI([web_page(status, page), reply("later")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "hi")
+        [said] = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+        stage.run_turn(messages, "again")
+    assert said.startswith(f"API error {status} ({shown}") and "dropped" in said
+    assert "<" not in said and "None" not in said
+    assert "later" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize("answer", [web_page(200, NGINX_500), reply("hello", plain_json=True)],
+                         ids=["web_page", "plain_json"])
+def test_an_answer_that_is_not_a_stream_of_events_names_the_server_not_the_model(
+        stage, answer, scripted, capsys):
+    """A server that answers 200 with a web page, or with one JSON body where the Messages API
+    streams events: the SDK fails with a bare AssertionError. The line says what the server sent
+    and names ANTHROPIC_BASE_URL, not a timeout or the model."""
+    with FakeAPI([answer]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "hi")
+    out = capsys.readouterr().out
+    sent = "text/html" if "web_page" in answer else "application/json"
+    assert sent in out and "ANTHROPIC_BASE_URL" in out and messages == []
+    assert "AssertionError" not in out and "API_TIMEOUT" not in out and "MODEL_ID" not in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -302,25 +370,10 @@ def test_tool_arguments_that_are_not_json_get_one_line_not_a_dump(stage, scripte
         messages = []
         stage.run_turn(messages, "one")
         out = capsys.readouterr().out
-        assert "broke off" in out and "MODEL_ID" in out
+        assert "broke off" in out and "MODEL_ID" in out and "API_TIMEOUT" not in out
         assert "xxxxxxxx" not in out and messages == []
         stage.run_turn(messages, "two")
     assert "after" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("stage", ALL_STAGES)
-def test_plain_json_to_a_streamed_request_gets_one_line_not_an_assertion_error(stage, scripted,
-                                                                               capsys):
-    """A server that answers a streamed request with one JSON body (no server-sent events): the
-    SDK fails with a bare AssertionError; the stage says in one line that the reply broke off and
-    which settings to check, and the turn is dropped."""
-    with FakeAPI([reply("hello", plain_json=True)]) as api:
-        scripted(stage, None, client=api.client())
-        messages = []
-        stage.run_turn(messages, "hi")
-    out = capsys.readouterr().out
-    assert "broke off" in out and "ANTHROPIC_BASE_URL" in out
-    assert "Traceback" not in out and messages == []
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -334,8 +387,22 @@ def test_a_stream_that_hangs_up_midway_drops_the_turn_and_runs_no_tool(stage, sc
         messages = []
         stage.run_turn(messages, "hi")
     out = capsys.readouterr().out
-    assert "the reply stopped midway" in out and "ANTHROPIC_BASE_URL" in out
+    assert "the reply stopped midway" in out
     assert messages == [] and not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_reply_cut_off_midway_is_in_the_transcript_with_its_error(stage, scripted, tmp_path,
+                                                                     monkeypatch):
+    """A reply the server cut short is a failed call: its transcript line has an "error", as the
+    user was told it, so a viewer does not show it as a reply that ended normally."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    with FakeAPI([reply("Half of it", hang_up=True)]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "hi")
+    [line] = read_transcript(transcript)
+    assert "stopped midway" in line["error"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -407,9 +474,11 @@ def test_bash_decodes_bad_bytes_without_crashing(stage, scripted):
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_bash_times_out(stage, scripted, monkeypatch):
-    """A command that runs past BASH_TIMEOUT is stopped, and the result says it timed out."""
+    """A command that runs past BASH_TIMEOUT is stopped. It did not finish, so the result is an
+    error (is_error), and says it timed out."""
     monkeypatch.setattr(stage, "BASH_TIMEOUT", 0.3)
-    assert "timed out" in call_tool(stage, scripted, "bash", command="exec sleep 20")["content"]
+    result = call_tool(stage, scripted, "bash", command="exec sleep 20")
+    assert "timed out" in result["content"] and result["is_error"]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -517,19 +586,59 @@ def test_the_no_key_message_comes_before_the_sdk_is_imported():
 def test_settings_for_slow_servers_and_small_models_come_from_the_environment(stage, user_env,
                                                                               capsys):
     """API_TIMEOUT, API_RETRIES, MAX_TOKENS and MAX_MODEL_CALLS may be set in the environment (or
-    .env): a CPU server may need minutes before its first word. A value that is not a whole
-    number is said, and the default kept."""
+    .env): a CPU server may need minutes before its first word."""
     with FakeAPI([reply("fine")]) as api:
         user_env.setenv("ANTHROPIC_API_KEY", "test-key")
         user_env.setenv("ANTHROPIC_BASE_URL", api.url)
         for name, value in {"API_TIMEOUT": "300", "API_RETRIES": "0", "MAX_TOKENS": "123",
-                            "MAX_MODEL_CALLS": "many"}.items():
+                            "MAX_MODEL_CALLS": "7"}.items():
             user_env.setenv(name, value)
         user_env.setattr("sys.stdin", io.StringIO("hi\nq\n"))
         assert stage.main() == 0
-    assert api.requests[0]["max_tokens"] == 123
+    assert api.requests[0]["max_tokens"] == 123 and stage.MAX_MODEL_CALLS == 7
     assert stage.client.timeout == 300 and stage.client.max_retries == 0
-    assert "MAX_MODEL_CALLS='many' is not a whole number; using 50" in capsys.readouterr().out
+    assert "fine" in capsys.readouterr().out
+
+
+def refused_at_start_up(stage, user_env, capsys, **settings) -> str:
+    """main() with `settings` and a server that answers nothing: it must stop, before any request,
+    with status 2; returns what it said on stderr."""
+    with FakeAPI([]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        for name, value in settings.items():
+            user_env.setenv(name, value)
+        user_env.setattr("sys.stdin", io.StringIO("hi\nq\n"))
+        assert stage.main() == 2
+    assert api.requests == []
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+@pytest.mark.parametrize(("name", "value"), [("API_TIMEOUT", "0"), ("API_TIMEOUT", "-5"),
+                                             ("API_RETRIES", "-1"), ("MAX_TOKENS", "lots"),
+                                             ("MAX_MODEL_CALLS", "0"), ("MAX_MODEL_CALLS", "2.5")])
+def test_a_number_setting_that_cannot_work_is_refused_at_start_up(stage, name, value, user_env,
+                                                                  capsys):
+    """API_TIMEOUT=0 would fail every call (`Operation now in progress`); MAX_MODEL_CALLS=0 would
+    end every turn before it began. A setting that cannot work stops the stage at start-up with
+    one line, naming it, its value and what would work, and status 2, as a bad ANTHROPIC_BASE_URL
+    does."""
+    said = refused_at_start_up(stage, user_env, capsys, **{name: value})
+    [line] = said.splitlines()
+    assert line.startswith(f"{name}={value!r}") and "whole number" in line
+
+
+@pytest.mark.parametrize("stage", stages_from("s03_safety"))
+@pytest.mark.parametrize("name", ["SANDBOX", "NETWORK"])
+def test_a_wall_setting_that_is_neither_off_nor_on_is_refused_at_start_up(stage, name, user_env,
+                                                                          capsys):
+    """SANDBOX=of (a typo) once kept the wall up silently, and NETWORK=yes kept the network off:
+    a value other than off or on (any case; empty means the default) stops the stage at start-up
+    with one line saying what would work."""
+    said = refused_at_start_up(stage, user_env, capsys, **{name: "of"})
+    [line] = said.splitlines()
+    assert line.startswith(f"{name}='of'") and "off" in line and "on" in line
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -703,6 +812,31 @@ def test_control_characters_in_output_are_shown_escaped_never_sent_to_the_termin
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]0;taken over\\x07" in out and "Done \\x1b[2J." in out
     assert "\x1b]0;taken over" in tool_results(model.requests[1])[0]["content"]
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_tool_name_with_an_escape_sequence_is_shown_escaped(stage, scripted, capsys):
+    """The model names its tools too: a made-up name holding an escape sequence (here one that
+    sets the terminal's title) reaches the screen escaped, in the call's line and in its error."""
+    scripted(stage, [reply(tool("\x1b]0;taken over\x07")), reply("Sorry.")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;taken over\\x07" in out
+
+
+@pytest.mark.parametrize("stage_name", STAGE_NAMES)
+def test_every_line_a_stage_prints_goes_through_show(stage_name):
+    """One place where text reaches the screen: only show() calls print(), so no line of output,
+    today's or one added later, can skip the escaping of control characters."""
+    tree = ast.parse((ROOT / f"{stage_name}.py").read_text())
+    printing = {function.name for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"}
+    assert printing == {"show"}
+    written = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr == "write" and ast.unparse(node.value) in ("sys.stdout", "sys.stderr")]
+    assert not written, "the screen is written to past show()"
 
 
 def test_a_stage_started_without_its_packages_says_to_activate_the_virtual_environment(tmp_path):
@@ -910,10 +1044,10 @@ def test_tools_are_offered_with_tool_choice_auto(stage, scripted):
     assert model.requests[0]["tool_choice"] == {"type": "auto"} and model.requests[0]["tools"]
 
 
-def client_with_short_waits(stage, api, monkeypatch):
+def client_with_short_waits(stage, api, monkeypatch, retries: int = 1):
     """The client main() builds (its own timeout and retries), pointed at `api`, with waits made short."""
     monkeypatch.setattr(stage, "API_TIMEOUT", 0.3)
-    monkeypatch.setattr(stage, "API_RETRIES", 1)
+    monkeypatch.setattr(stage, "API_RETRIES", retries)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
     return stage.make_client()
@@ -938,7 +1072,7 @@ def test_a_silent_server_is_an_api_error_within_the_timeout(stage, scripted, mon
 def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, monkeypatch, capsys):
     """With streaming the timeout is the longest gap between two pieces of the answer, not the whole
     answer: a server that stops half-way is given up after API_TIMEOUT, and the turn is dropped.
-    The SDK says only "timed out"; the stage says the reply broke off, naming the settings."""
+    The SDK says only "timed out"; the stage says the reply broke off, naming the setting."""
     gate = Gate()  # never opened: after its first words the server says nothing more
     with FakeAPI([reply("I will now say noth", "ing more.", gate=gate)]) as api:
         scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
@@ -947,20 +1081,47 @@ def test_a_server_that_goes_silent_mid_answer_drops_the_turn(stage, scripted, mo
         gate.opened.set()
     out = capsys.readouterr().out
     assert "I will now say" in out and "broke off" in out
-    assert "ANTHROPIC_BASE_URL" in out and "API_TIMEOUT" in out and messages == []
+    assert "API_TIMEOUT" in out and messages == []
+
+
+SETTINGS_OF_A_SERVER = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID")
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-@pytest.mark.parametrize("status", [400, 401, 403, 404])
+@pytest.mark.parametrize("status", [401, 403, 404])
 def test_a_rejected_request_names_the_settings_to_check(stage, status, scripted, capsys):
-    """From a proxy or a compatible provider, 400/401/403/404 usually mean a wrong key, endpoint or
+    """From a proxy or a compatible provider, 401/403/404 usually mean a wrong key, endpoint or
     model: the line shows the server's own words and names the three settings."""
     with FakeAPI([api_error(status, "the proxy says no")]) as api:
         scripted(stage, None, client=api.client())
         stage.run_turn([], "hi")
     out = capsys.readouterr().out
     assert "the proxy says no" in out
-    assert all(setting in out for setting in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID"))
+    assert all(setting in out for setting in SETTINGS_OF_A_SERVER)
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_400_about_the_request_itself_sends_nobody_to_the_settings(stage, scripted, capsys):
+    """A 400 says what is wrong with the request itself (here: a tool_use left unanswered, what
+    the scripted model's history check answers too). The line gives the server's reason; the key,
+    the endpoint and the model are not the problem, so it names none of them."""
+    unanswered = "messages.1: tool_use ids were found without tool_result blocks"
+    with FakeAPI([api_error(400, unanswered, "invalid_request_error")]) as api:
+        scripted(stage, None, client=api.client())
+        stage.run_turn([], "hi")
+    out = capsys.readouterr().out
+    assert f"API error 400 (invalid_request_error: {unanswered})" in out
+    assert not any(setting in out for setting in SETTINGS_OF_A_SERVER)
+
+
+def test_the_scripted_model_rejects_an_invalid_history_as_the_api_does(scripted, capsys):
+    """The in-process scripted model answers a history the API would reject with the SDK's own
+    400 error, as the real API does, so a broken loop shows the same line in both."""
+    scripted(s01_loop, [reply("never sent")])
+    asked = {"role": "assistant", "content": [tool("bash", command="ls")]}  # never answered
+    s01_loop.run_turn([{"role": "user", "content": "hi"}, asked], "and now?")
+    assert "API error 400 (invalid_request_error: invalid conversation history" in \
+        capsys.readouterr().out
 
 
 def read_transcript(path) -> list:
@@ -1001,6 +1162,23 @@ def test_a_failed_call_is_in_the_transcript_with_its_error(stage, scripted, tmp_
     [line] = read_transcript(transcript)
     assert line["request"]["messages"][0]["content"] == "go" and line["response"] is None
     assert line["error"].startswith("API error 400 (api_error: bad request)")
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_dropped_turn_keeps_its_number_and_the_next_turn_gets_the_next(stage, scripted, tmp_path,
+                                                                          monkeypatch):
+    """Your turns are counted by the calls that open them (a call whose history ends with what you
+    typed), not by the history: a turn that was dropped from it still had its number."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(stage, "turn_number", 0)
+    with FakeAPI([api_error(500, "try later"), reply("here")]) as api:
+        scripted(stage, None, client=api.client())
+        messages = []
+        stage.run_turn(messages, "one")
+        stage.run_turn(messages, "two")
+    assert [line["turn"] for line in read_transcript(transcript)] == [1, 2]
+    assert len(messages) == 2, "turn one was dropped from the history"
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

@@ -565,6 +565,18 @@ def test_the_stage_says_at_start_up_whether_the_wall_is_on(sandbox, user_env, tm
     assert expected in capsys.readouterr().out
 
 
+@needs_the_wall
+@pytest.mark.parametrize(("network", "said"), [("", "network off"), ("on", "network on")])
+def test_the_start_up_line_says_whether_the_network_is_on_without_contradiction(
+        network, said, user_env, tmp_path, capsys):
+    """The start-up line once said `network off (NETWORK=on)`, which reads as a contradiction: it
+    says the state, and for an off network what turns it on."""
+    start_in(user_env, tmp_path, NETWORK=network)
+    assert s03_safety.main() == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "wall is on" in line]
+    assert said in line and "off (NETWORK=on)" not in line
+
+
 def start_in(user_env, folder, **settings) -> None:
     """main() of s03 as a user starts it in `folder`, with a key and `settings`, typing q."""
     user_env.setenv("ANTHROPIC_API_KEY", "not-used")

@@ -149,6 +149,37 @@ def test_the_learner_sees_the_task_the_childs_calls_indented_and_one_summary_lin
     assert "= subagent" not in str(model.requests)
 
 
+def test_the_summary_line_says_1_reply_for_a_child_that_answered_at_once(scripted, capsys):
+    """A child that answers at once made one reply, and its line says so: "1 reply"."""
+    scripted(s04, [delegate(), reply("Nothing to do."), reply("Done.")])
+    s04.run_turn([], "go")
+    [summary] = [line for line in capsys.readouterr().out.splitlines() if "= subagent:" in line]
+    assert "= subagent: 1 reply, no tools" in summary
+
+
+def test_a_tool_name_with_an_escape_sequence_is_escaped_in_the_summary_line(scripted, capsys):
+    """The summary line names the child's tools as the model wrote them: a made-up name holding an
+    escape sequence reaches the screen escaped there too, as on every other line."""
+    scripted(s04, [delegate(), reply(tool("\x1b]0;taken over\x07")), reply("Done."), reply("ok")])
+    s04.run_turn([], "go")
+    out = capsys.readouterr().out
+    [summary] = [line for line in out.splitlines() if "= subagent:" in line]
+    assert "\\x1b]0;taken over\\x07 x1" in summary
+    assert "\x1b" not in out and "\x07" not in out
+
+
+def test_agent_loop_given_only_the_messages_is_the_parent(scripted, monkeypatch):
+    """As in s01-s03, agent_loop(messages) runs the parent: its tools (task among them), its system
+    prompt and its cap, MAX_MODEL_CALLS. Only run_subagent passes a child's."""
+    monkeypatch.setattr(s04, "MAX_MODEL_CALLS", 2)  # the setting, as main() reads it
+    model = scripted(s04, [reply(tool("bash", command="true")) for _ in range(3)])
+    with pytest.raises(s04.TurnFailed, match="2 calls without finishing"):
+        s04.agent_loop([{"role": "user", "content": "go"}])
+    assert len(model.requests) == 2
+    assert all(tool_names(request) == [*CHILD_NAMES, "task"] for request in model.requests)
+    assert model.requests[0]["system"] == s04.system_prompt()
+
+
 def test_the_usage_line_shows_the_parents_context_staying_small(scripted, workspace, capsys):
     """The parent's usage lines (not indented: a child's are) show that delegating a large read
     barely grows the parent's context."""
@@ -182,6 +213,22 @@ def test_the_transcript_tells_the_childs_calls_from_the_parents(scripted, tmp_pa
     lines = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert [line["agent"] for line in lines] == ["parent", "child", "child", "parent"]
     assert lines[1]["request"]["messages"] == [{"role": "user", "content": "List the files."}]
+
+
+def test_a_childs_calls_belong_to_the_turn_of_its_task_call(scripted, tmp_path, monkeypatch):
+    """In the transcript, a child's calls carry the turn of the task call that started them: the
+    prompt a child starts from is not a turn of yours."""
+    transcript = tmp_path / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    monkeypatch.setattr(s04, "turn_number", 0)
+    scripted(s04, [delegate(), reply(tool("bash", command="ls")), reply("no files"), reply("Done."),
+                   reply("Again.")])
+    messages = []
+    s04.run_turn(messages, "one")
+    s04.run_turn(messages, "two")
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert [(line["agent"], line["turn"]) for line in lines] == [
+        ("parent", 1), ("child", 1), ("child", 1), ("parent", 1), ("parent", 2)]
 
 
 def test_two_tasks_of_one_turn_are_told_apart_in_the_transcript(scripted, tmp_path, monkeypatch):

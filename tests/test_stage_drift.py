@@ -17,9 +17,10 @@ CHANGED = {
     "s03_safety": {"STAGE", "system_prompt", "run_bash", "read_file", "write_file", "edit_file", "list_dir",
                    "main"},
     # the loop's pieces take the tools, the system prompt and the cap as arguments, so parent and
-    # child share them; dispatch hands a task call's id to run_subagent (its transcript lines name it)
+    # child share them (agent_loop's defaults are the parent's: run_turn is s03's); dispatch hands
+    # a task call's id to run_subagent (its transcript lines name it)
     "s04_subagent": {"STAGE", "system_prompt", "dispatch", "run_tool", "call_model", "take_reply",
-                     "agent_loop", "run_turn"},
+                     "agent_loop"},
 }
 
 PAIRS = list(itertools.pairwise(STAGE_NAMES))
@@ -69,7 +70,7 @@ def test_no_stage_imports_another(stage):
     assert not imported & set(STAGE_NAMES)
 
 
-FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "read_file", "s03_safety": "walled",
+FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "dispatch", "s03_safety": "walled",
                   "s04_subagent": "run_subagent"}
 
 

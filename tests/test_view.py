@@ -319,6 +319,39 @@ def test_the_viewer_survives_lines_that_are_not_calls(tmp_path):
     assert "line 3 is not JSON" in page and "line 4 is not a JSON object" in page
 
 
+@pytest.mark.parametrize("text", ["# A README\n\nSome *prose*, then {braces}.\n", "", "[1, 2]\n"],
+                         ids=["prose", "empty", "json_but_no_call"])
+def test_the_viewer_refuses_a_file_that_is_not_a_transcript(text, tmp_path, capsys):
+    """`python tests/view.py README.md` once wrote a page of "not JSON" calls and said nothing was
+    wrong. A file in which no line is a model call is refused with the reason and status 2, and
+    no page is written."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert view.main([str(notes)]) == 2
+    assert str(notes) in capsys.readouterr().err
+    assert not (tmp_path / "notes.html").exists()
+
+
+def test_a_reply_cut_off_midway_is_shown_with_its_error_not_as_a_reply_that_ended(
+    tmp_path, monkeypatch, capsys
+):
+    """The server closes the stream after the first words: s01 records the half reply and the
+    error it told the user. The page shows that error with the reply and marks the turn cut short
+    by it, not by a puzzling `stop_reason: None`."""
+    import s01_loop
+
+    transcript, page = tmp_path / "wire.jsonl", tmp_path / "wire.html"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    with FakeAPI([reply("Half of it", hang_up=True)]) as api:
+        s01_loop.WORKDIR, s01_loop.client = tmp_path, api.client()
+        s01_loop.run_turn([], "talk")
+    view.write_page(transcript, page)
+    [call] = view.read_calls(transcript.read_text().splitlines())
+    text = page.read_text()
+    assert call["response"] and "stopped midway" in call["error"]
+    assert "cut short: the reply stopped midway" in text and text.count("stopped midway") == 2
+
+
 def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
     """A transcript that does not exist gets one line and status 2, not a traceback."""
     assert view.main([str(tmp_path / "nowhere.jsonl")]) == 2

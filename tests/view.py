@@ -313,7 +313,7 @@ def mark_cut_short(calls: list) -> None:
         if opening:
             last_of[opening["number"]] = (opening, call)
     for opening, last in last_of.values():
-        if last["response"] is None:
+        if last["response"] is None or last["error"]:  # a reply cut off midway has both
             opening["cut_short"] = str(last["error"] or "the call failed, with no reply")
         elif ends_turn(last):
             opening["cut_short"] = f"stop_reason: {last['response'].get('stop_reason')}"
@@ -493,6 +493,11 @@ def render_reply(call: dict, lanes: list, tool_names: dict) -> str:
         f"{usage['cache_read_input_tokens']:,} from cache; output {usage['output_tokens']:,}</span>"
     )
     blocks = "".join(render_block(block, lanes, tool_names) for block in reply_blocks(call))
+    if call["error"]:  # the reply came, then the call failed (the stream was cut off)
+        blocks += (
+            f'<div class="reply failed"><div class="part">then the call failed</div>'
+            f"<pre>{shown(str(call['error']))}</pre></div>"
+        )
     return f'<div class="reply"><div class="part">reply {summary}</div>{blocks}</div>'
 
 
@@ -713,9 +718,22 @@ def render_page(calls: list, title: str) -> str:
     )
 
 
+def not_a_transcript(transcript: Path, calls: list) -> str | None:
+    """Why the file is no transcript, or None. One bad line spoils nothing; but a file in which
+    no line holds a request (a README, an empty file) would only make a page of bad lines."""
+    if any(call["request"] for call in calls):
+        return None
+    return (f"{transcript} holds no model call, so there is no page to draw: none of its lines "
+            'is a JSON object with a "request" (a TRANSCRIPT file has one per call)')
+
+
 def write_page(transcript: Path, page: Path) -> Path:
-    """Read a transcript and write its page; return the page's path."""
+    """Read a transcript and write its page; return the page's path. A file that is not a
+    transcript raises ValueError, saying why."""
     calls = read_calls(transcript.read_text(encoding="utf-8", errors="replace").splitlines())
+    problem = not_a_transcript(transcript, calls)
+    if problem:
+        raise ValueError(problem)
     page.write_text(render_page(calls, f"The run recorded in {transcript.name}"), encoding="utf-8")
     return page
 
@@ -734,7 +752,11 @@ def main(argv: list) -> int:
     if not options.transcript.is_file():
         print(f"no such file: {options.transcript}", file=sys.stderr)
         return 2
-    page = write_page(options.transcript, options.output or options.transcript.with_suffix(".html"))
+    try:
+        page = write_page(options.transcript, options.output or options.transcript.with_suffix(".html"))
+    except ValueError as problem:
+        print(problem, file=sys.stderr)
+        return 2
     print(page)
     return 0
 
