@@ -88,7 +88,9 @@ TOOLS = [{
 # promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
 # 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
 #    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
-#    link packages from their caches: the same file is outside too).
+#    link packages from their caches: the same file is outside too). /proc and /dev are
+#    read-only. No keyring of the user's is read or added to, and no user namespace is made, in
+#    which a command would have every capability again (a seccomp filter).
 # 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
 #    and the agent's Python, never a folder holding the home folder (which is empty) or the
 #    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
@@ -100,25 +102,30 @@ TOOLS = [{
 #    of each repository, what other tools run (RUN_BY_TOOLS), the agent's folder and its Python
 #    are read-only mounts, which cannot be written or renamed; and no file is made setuid or
 #    setgid (the seccomp filter), to run as its owner outside.
-# 5. Bounded: processes and memory for the command as a whole (a cgroup of its own; where none
-#    can be made, ulimit, per process), each file's size, /tmp's size, time (BASH_TIMEOUT); the
-#    search before each command ends whatever the workspace holds (what it cannot list is hidden;
-#    past MOST_MOUNTS files to mount, their folders are mounted).
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
+#    (a cgroup); where none can be made, ulimit, memory per process, and the six folders a
+#    command has in memory hold a sixth of MAX_MEMORY each. Each file's size; time (BASH_TIMEOUT).
+#    The result names a limit met: counted by the cgroup, even if the command went on; without
+#    one, if the command failed with the error that limit gives. The search before each command
+#    ends whatever the workspace holds (what it cannot list is hidden; past MOST_MOUNTS files to
+#    mount, their folders are mounted).
 # Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
 # new .vscode/ or .bashrc): review it, with `git status --ignored`, which shows what git ignores
 # too (a rewritten .pyc, a .pth in .venv, .husky/_); a repository the agent made runs its own
 # config (core.fsmonitor) at a git status inside it. As root, a command reads what root can read
 # in SYSTEM_FOLDERS (/etc/shadow). A .env committed to git's history reads through git. Only
-# each file's size is bounded, not the workspace's.
+# each file's size is bounded, not the workspace's. Without a cgroup several processes together
+# may hold more than MAX_MEMORY, and root has no process limit. Programs that need a keyring or a
+# user namespace (podman) fail inside.
 # The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: a seccomp program that refuses Unix sockets and set-id modes (promises 3, 4).
+# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
 # - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
 # - search, read_only_roots, fewest: one walk of the workspace for mounts() (promises 1, 2, 4, 5).
 # - bwrap, bwrap_problem: the system's bubblewrap or the wheel's, and whether it can start here.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
-MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
+MAX_FILE = 2**30  # bytes one file may reach
 HERE = Path(__file__).resolve().parent  # the agent's own folder
 SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
                   "/nix"]  # Nix keeps every program in /nix/store
@@ -127,13 +134,16 @@ RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashr
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
     "read-only": lambda path: ["--ro-bind-try", path, path],
     "writable": lambda path: ["--bind", path, path],
-    "in memory": lambda path: ["--size", str(MAX_FILE), "--tmpfs", path],  # empty, its own
+    # Empty, its own. ulimit does not count it: the six a command has (the home folder as spelled
+    # and where it leads, /tmp, /var/tmp, /run, /dev/shm) share MAX_MEMORY, in whole MiB.
+    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
+    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
     "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
 }
 # Nothing but the mounts is seen. /proc is read-only: kernel settings (/proc/sys) and
-# /proc/sysrq-trigger, for root inside too.
-WALL = ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--unshare-all",
-        "--die-with-parent", "--cap-drop", "ALL"]
+# /proc/sysrq-trigger, for root inside too. /dev is read-only: bwrap keeps it in memory, unsized.
+WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
            ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
            "in front of them")
@@ -175,8 +185,8 @@ def mounts() -> list:
             (workspace, "writable"),
             *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
             *[(path, "read-only") for path in fewest(found["linked"])],
-            *[(folder, "in memory") for folder in fewest(found["unlisted"])],
-            *[(path, "in memory" if path.is_dir() else "empty") for path in masked]]
+            *[(folder, "hidden") for folder in fewest(found["unlisted"])],
+            *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
 
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
@@ -676,7 +686,7 @@ def run_bash(command: str) -> str:
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        pass_fds=[rules.fileno(), options.fileno()])
         data, stopped = read_output(process)
-        met = limits_met(group)  # before the cgroup goes
+        met = limits_met(group, data)  # before the cgroup goes
     finally:  # kill the process group, then the cgroup: nothing the command started outlives it
         if process:
             with contextlib.suppress(ProcessLookupError):
@@ -689,7 +699,7 @@ def run_bash(command: str) -> str:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
     elif process.returncode:
         output += f"\n(exit code {process.returncode})"
-    if met and (stopped or process.returncode):
+    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
         raise TimeoutError(output.strip())
@@ -715,14 +725,18 @@ def cap(text: str) -> str:
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 # -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
 # Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
+# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
+# chmod or mknod: only their *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
-                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
+                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259,
+                            "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+                            "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
                              "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
-                             "fchmodat2": 452, "mknodat": 33}),
+                             "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
+                             "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
 # The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
 # open's flags, after which comes a mode that counts only when they create a file.
@@ -732,6 +746,7 @@ FLAGS_AT = {"open": 1, "openat": 2}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
+NEW_USER_NAMESPACE = 0x10000000  # CLONE_NEWUSER, in the flags of unshare and clone
 REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 
 def read_only_roots(found: list) -> list:
@@ -806,7 +821,7 @@ def fewest(paths: list) -> list:
 
 def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
+    only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
     sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
                  if name in calls]  # aarch64 has only some
@@ -821,6 +836,11 @@ def socket_filter() -> bytes:
         (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
         (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
         (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
+        (EQUAL, calls["clone3"], "no such call", None),  # its flags are in a struct: so does clone3
+        # The keyrings are the user's (Kerberos tickets); request_key can make the host look up DNS.
+        *[(EQUAL, calls[name], "refuse", None) for name in ("add_key", "request_key", "keyctl")],
+        (EQUAL, calls["unshare"], "new namespaces", None),
+        (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
         *sets_mode,
@@ -835,6 +855,9 @@ def socket_filter() -> bytes:
         (LOAD, ARGUMENTS[1], None, None),  # the type
         (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
         (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
+        "new namespaces",  # in a user namespace of its own, a command has every capability again
+        (LOAD, ARGUMENTS[0], None, None),  # the flags
+        (ANY_OF, NEW_USER_NAMESPACE, "refuse", "allow"),
     ]
     for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
         program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
@@ -864,8 +887,11 @@ def assemble(program: list) -> bytes:
 def make_group() -> list:
     """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
     Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
+    network = MAX_MEMORY // 8  # v1 counts TCP's buffers apart: they get a share of MAX_MEMORY
     limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
-              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
+              "memory.limit_in_bytes": MAX_MEMORY - network,  # v1: all but TCP's share,
+              "memory.memsw.limit_in_bytes": MAX_MEMORY - network,  # swap included
+              "memory.kmem.tcp.limit_in_bytes": network}
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
     parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
@@ -896,9 +922,16 @@ def remove_group(group: list) -> None:
                 continue
             time.sleep(0.01)
 
-def limits_met(group: list) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
+def limits_met(group: list, output: bytes) -> list:
+    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
+    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
+    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    if not group:
+        last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+        errors = {os.strerror(errno.EAGAIN): f"{MAX_PROCESSES} processes",
+                  os.strerror(errno.ENOMEM): memory, "MemoryError": memory}
+        return [limit for error, limit in errors.items() if error in last]
     counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
                 "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
     met = []

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import io
 import os
+import platform
 import shlex
 import shutil
 import socket
@@ -1203,13 +1204,13 @@ raise SystemExit(ended.count(0) != count)
 @needs_a_cgroup
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_memory_limit_holds_for_several_processes_together(stage, scripted, workspace, monkeypatch):
-    """Three processes that each take 40% of MAX_MEMORY would each pass a limit per process; the
+    """Five processes that each take 22% of MAX_MEMORY would each pass a limit per process; the
     wall's limit is for the command as a whole, so they cannot all hold their share at once."""
     monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
     (workspace / "holders.py").write_text(HOLDERS)
-    command = f"python3 holders.py 3 {stage.MAX_MEMORY * 4 // 10}"
+    command = f"python3 holders.py 5 {stage.MAX_MEMORY * 22 // 100}"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
-    assert "held 3 of 3" not in content and "256 MiB" in content  # the result names the limit
+    assert "held 5 of 5" not in content and "256 MiB" in content  # the result names the limit
 
 
 @needs_the_wall
@@ -1258,17 +1259,19 @@ def test_a_memory_hog_is_stopped_and_the_result_says_why(stage, scripted, monkey
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_limit_is_named_only_when_the_command_failed(stage, scripted, workspace):
-    """Output that merely mentions MemoryError (a grep of a log, say) is no sign of a limit."""
+    """Output that merely mentions MemoryError (a grep of a log, say) is no sign of a limit: the
+    command went on, and nothing counted a limit met."""
     (workspace / "log.txt").write_text("MemoryError in job 7\n")
     assert "limit" not in call_tool(stage, scripted, "bash", command="grep -n Error log.txt")["content"]
 
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_tmp_inside_the_wall_is_small(stage, scripted):
-    """/tmp inside the wall lives in memory, so it holds at most MAX_FILE: filling it fails (two
-    files, each under the limit for one file)."""
-    half = stage.MAX_FILE // 2 + 2**20
+def test_tmp_inside_the_wall_is_small(stage, scripted, monkeypatch):
+    """/tmp inside the wall lives in memory, so it holds at most a sixth of MAX_MEMORY (here 64
+    MiB): filling it fails (two files, each under the limit for one file)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    half = stage.MAX_MEMORY // 10 + 2**20
     command = f"head -c {half} /dev/zero > /tmp/a; head -c {half} /dev/zero > /tmp/b"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "No space left on device" in content
@@ -1680,3 +1683,127 @@ def test_refused_on_purpose_with_a_way_out(stage, command, project):
     """KNOWN FALSE REFUSAL, documented on purpose: the filter would have to read more of bash to
     let these through. The refusal gives its reason, and the model can write the command another way."""
     assert stage.check_command(command)
+
+
+# -- the wall's limits and system calls (issue 26) -------------------------------------------
+
+SYSTEM_CALL = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+name, number, *args = sys.argv[1:]  # numbers stay numbers, words are passed as C strings
+result = libc.syscall(int(number), *[int(arg) if arg.lstrip("-").isdigit() else arg.encode()
+                                     for arg in args])
+print(name, "failed:", os.strerror(ctypes.get_errno()) if result < 0 else "made:", result)
+"""
+
+
+def system_calls(stage, workspace, *calls) -> str:
+    """Make each call (its name, then its arguments) inside the wall with call.py; its output."""
+    numbers = stage.SYSTEM_CALLS[platform.machine()][1]
+    (workspace / "call.py").write_text(SYSTEM_CALL)
+    lines = [shlex.join(["python3", "call.py", name, str(numbers[name]), *args]) for name, *args in calls]
+    return "\n".join(lines)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_user_s_keyrings_are_out_of_reach(stage, scripted, workspace):
+    """The kernel's keyrings are shared with whoever runs the agent (Kerberos tickets live there),
+    and request_key can even make the host look a name up with the network off. Inside the wall
+    every keyring call fails: reading the session keyring's id, adding a key to a keyring of the
+    command's own thread, asking for a key."""
+    command = system_calls(stage, workspace, ("keyctl", "0", "-3", "0"),  # the session keyring's id
+                           ("add_key", "user", "wall-test", "x", "1", "-1"),  # to the thread's
+                           ("request_key", "user", "wall-test", "0", "0"))
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert content.count("failed: Operation not permitted") == 3, content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_cannot_make_a_user_namespace_of_its_own(stage, scripted, workspace):
+    """In a user namespace of its own a process has every capability again, the usual first step
+    of an attack on the kernel: unshare and clone with CLONE_NEWUSER fail inside the wall. Threads
+    still start (clone3 answers ENOSYS, and the C library falls back to clone)."""
+    new_user = 0x10000000  # CLONE_NEWUSER; clone also takes SIGCHLD (17), the child's end signal
+    command = system_calls(stage, workspace, ("unshare", str(new_user)), ("clone", str(new_user | 17), "0"))
+    command += "\npython3 -c 'import threading; threading.Thread(target=print, args=[\"a thread\"]).start()'"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert content.count("failed: Operation not permitted") == 2 and "a thread" in content, content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_folders_in_memory_together_fit_the_memory_bound(stage, scripted, workspace, monkeypatch):
+    """ulimit does not count what a command keeps in an in-memory folder (tmpfs), so without a
+    cgroup each such folder could hold memory beyond the bound. Inside the wall every writable
+    tmpfs (/tmp, /var/tmp, /run, /dev/shm, the home folder) together hold at most MAX_MEMORY, and
+    /dev, in memory too, is read-only. The sizes are the kernel's (statvfs): nothing is filled.
+    (The workspace is the user's, wherever it is: /tmp may be in memory outside the wall.)"""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
+    (workspace / "sizes.py").write_text(
+        "import os\n"
+        "mounts = [line.split() for line in open('/proc/self/mounts')]\n"
+        "writable = {where for _, where, kind, options, *_ in mounts\n"
+        "            if kind == 'tmpfs' and 'rw' in options.split(',')\n"
+        "            and not (where + '/').startswith(os.getcwd() + '/')}  # not the workspace\n"
+        "sizes = [os.statvfs(where).f_blocks * os.statvfs(where).f_frsize for where in writable]\n"
+        "print('in memory:', sum(sizes), 'in', len(writable), 'folders')\n")
+    content = call_tool(stage, scripted, "bash", command="python3 sizes.py")["content"]
+    held = int(content.split("in memory: ")[1].split()[0])
+    assert 0 < held <= stage.MAX_MEMORY, content
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_process_that_met_the_memory_bound_is_named_even_if_the_command_went_on(stage, scripted, monkeypatch):
+    """A build tool may go on when one of its processes is killed for memory, and end with exit
+    code 0: the result still says that the command met the bound (the cgroup counts each kill)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
+    command = "python3 -c 'b\"x\" * 2**29' || echo went on"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "went on" in content and "256 MiB" in content, content
+
+
+NETWORK_BUFFERS = """import socket, sys
+server = socket.create_server(("127.0.0.1", 0))  # inside the wall's own network
+queued, connections = 0, []
+for _ in range(int(sys.argv[1])):
+    sender = socket.create_connection(server.getsockname())
+    connections += [sender, server.accept()[0]]  # accepted, never read
+    sender.setblocking(False)
+    try:
+        while True:  # until the kernel holds no more for this connection
+            queued += sender.send(b"x" * 2**20)
+    except BlockingIOError:
+        pass
+print("queued", queued)
+"""
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_network_buffers_count_against_the_memory_bound(stage, scripted, workspace, monkeypatch):
+    """A command can keep memory in the kernel: the buffers of TCP connections that nobody reads
+    (here over loopback, in the wall's own network). Cgroup v1 counts them apart from the rest and
+    bounds them only if told to: untold, forty connections held more than MAX_MEMORY (64 MiB)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    (workspace / "buffers.py").write_text(NETWORK_BUFFERS)
+    content = call_tool(stage, scripted, "bash", command="python3 buffers.py 40")["content"]
+    queued = [int(line.split()[1]) for line in content.splitlines() if line.startswith("queued ")]
+    assert all(size <= stage.MAX_MEMORY for size in queued), content  # none, if it was killed
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_a_command_keeps_in_memory_folders_counts_against_its_cgroup(stage, scripted, monkeypatch):
+    """Files in /tmp or /run live in memory. With a cgroup they count together with the memory of
+    the command's processes: 18 MiB of files and a process taking 50 MiB cannot both fit in
+    MAX_MEMORY (here 64 MiB), though each alone would."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    command = ("head -c 9M /dev/zero > /tmp/a && head -c 9M /dev/zero > /run/a && "
+               "python3 -c 'data = b\"x\" * 50 * 2**20; print(\"held\")'")
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "held" not in content and "64 MiB" in content, content
