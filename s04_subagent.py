@@ -294,6 +294,7 @@ SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "
                   "/nix"]  # Nix keeps every program in /nix/store
 RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
                 ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
     "read-only": lambda path: ["--ro-bind-try", path, path],
     "writable": lambda path: ["--bind", path, path],
@@ -340,7 +341,7 @@ def mounts() -> list:
     outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
     shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
     homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
-    in_memory = [*homes, "/tmp", "/var/tmp", "/run", "/dev/shm"]
+    in_memory = [*homes, *IN_MEMORY]
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in in_memory]]
     masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
@@ -431,9 +432,6 @@ DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk"
 DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
                 "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they only read
 RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
-               "srv", "sys", "usr", "var", "Users", "System", "Library"}
-OWN_FOLDERS = ("/tmp/", "/var/tmp/", "/run/", "/dev/shm/")  # inside the wall: the command's own
 DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
            "/dev/fd/2"}  # devices it is fine to write to
 RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
@@ -454,22 +452,14 @@ def check_command(command: str, depth: int = 0) -> str | None:
     return None
 
 def check_script(text: str, depth: int) -> str | None:
-    """Judge every command of the tree, in the order bash reads them."""
-    variables = {}  # NAME -> the literal it was set to earlier on the line: X=sudo; $X ls
+    """Judge every command of the tree, and every file a redirection writes, in bash's order."""
     try:
-        for node, function in nodes_in(text):
-            reason = None
-            if node.type == "variable_assignment":
-                variables.update(assignment(node))
-            elif node.type == "file_redirect":  # > FILE, >> FILE, &> FILE
-                reason = check_writes(redirected_to(node))
-            elif node.type == "command":
-                words = [part for word in words_of(node) for part in known(word, variables)]
-                piped = fed_by_a_pipe(node)
-                if piped and words[:1] == [function]:  # :(){ :|:& };:
-                    return f"{function} is a fork bomb: the function starts itself through a pipe"
-                for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
-                    reason = reason or check_words(unwrap(run), piped, depth)
+        for words, written, piped, function in commands_in(text):
+            if piped and words[:1] == [function]:  # :(){ :|:& };:
+                return f"{function} is a fork bomb: the function starts itself through a pipe"
+            reason = check_writes(written)  # > FILE, >> FILE, &> FILE
+            for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
+                reason = reason or check_words(unwrap(run), piped, depth)
             if reason:
                 return reason
     except ValueError as unreadable:  # where bash could read it otherwise, or not at all
@@ -549,27 +539,11 @@ def check_arguments(name: str, args: list) -> str | None:
                "perl": paths if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
     return check_writes(written.get(name, []))
 
-INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (  # where a path leads, as place() says
+# Where a path leads, as place(word) says from its spelling alone (machinery; links on disk are
+# the wall's business). OWN: with the wall up, IN_MEMORY's folders (rm -rf /tmp/build is fine).
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (
     "inside", "known when it runs", "outside the workspace", "the whole workspace",
     "the home folder", "system files", "the command's own, in memory")
-
-def place(word: str) -> str:
-    """Where a path leads, from its spelling alone (links on disk are the wall's business)."""
-    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
-        return HOME
-    if word.startswith("$") or RUN_TIME in word:
-        return UNKNOWN
-    last = word.rstrip("/").rsplit("/", 1)[-1]
-    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
-    workspace = os.path.normpath(WORKDIR)
-    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
-    if path == workspace:
-        return WORKSPACE
-    if path.startswith(workspace + "/"):
-        return INSIDE
-    if not sandbox_off() and (path + "/").startswith(OWN_FOLDERS):
-        return OWN  # rm -rf /tmp/build: the wall's /tmp, gone when the command ends
-    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def check_paths(verb: str, paths: list, harmful: set) -> str | None:
     """Why this must not happen to these paths: the first that leads to a harmful place."""
@@ -1055,7 +1029,7 @@ def bwrap_problem() -> str | None:
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
 # nodes_in(text) gives every node in the order bash reads them, with the function around it;
-# words_of(command) the words bash makes of a command's name and arguments, unexpanded.
+# commands_in(text) the commands and redirections in them, their words unexpanded.
 
 @functools.cache
 def bash_parser():
@@ -1063,6 +1037,20 @@ def bash_parser():
     import tree_sitter
     import tree_sitter_bash
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+def commands_in(text: str):
+    """What check_script judges, in the order bash reads it: for each command, (its words, [],
+    whether a pipe feeds it, the function it sits in); for each redirection, ([], the files it
+    writes, False, the function). $NAME is the literal NAME was set to earlier: X=sudo; $X ls."""
+    variables = {}
+    for node, function in nodes_in(text):
+        if node.type == "variable_assignment":
+            variables.update(assignment(node))
+        elif node.type == "file_redirect":
+            yield [], redirected_to(node), False, function
+        elif node.type == "command":
+            words = [part for word in words_of(node) for part in known(word, variables)]
+            yield words, [], fed_by_a_pipe(node), function
 
 def nodes_in(text: str):
     """Each node of text's tree, depth first, with the name of the function it sits in ("" if
@@ -1191,6 +1179,27 @@ def unwrap(words: list) -> list:
             return ["eval", *words[words.index("-S", start) + 1:]]
         start = end + before
     return words[start:]
+
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
+               "srv", "sys", "usr", "var", "Users", "System", "Library"}
+
+def place(word: str) -> str:
+    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3)."""
+    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
+        return HOME
+    if word.startswith("$") or RUN_TIME in word:
+        return UNKNOWN
+    last = word.rstrip("/").rsplit("/", 1)[-1]
+    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
+    workspace = os.path.normpath(WORKDIR)
+    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
+    if path == workspace:
+        return WORKSPACE
+    if path.startswith(workspace + "/"):
+        return INSIDE
+    if not sandbox_off() and any(Path(path).is_relative_to(folder) for folder in IN_MEMORY):
+        return OWN  # the wall's /tmp, gone when the command ends
+    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def options_end(args: list, start: int, takes_value: set) -> int:
     """Where a program's options end, from start: after their values (nice -n 5), after NAME=value
