@@ -370,9 +370,9 @@ def check_arguments(name: str, args: list) -> str | None:
     if name in ("init", "telinit", "systemctl", "loginctl") and POWER & asked:
         return "it turns the machine off, or suspends it"
     in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
-    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR
+    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR (rsync -t: times)
     written = {"tee": paths, "truncate": paths, "mv": paths + target, "cp": target, "ln": target,
-               "install": target, "rsync": target, "sed": paths if in_place else [],
+               "install": target, "rsync": paths[-1:], "sed": paths if in_place else [],
                "perl": paths if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
     return check_writes(written.get(name, []))
 

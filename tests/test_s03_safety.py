@@ -424,6 +424,15 @@ def test_the_filter_s_rules_hold_for_each_member_of_their_class(stage, refused, 
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_rsync_t_keeps_times_and_names_no_target(stage, project):
+    """For cp, mv, ln and install, -t DIR names the target; rsync's -t keeps the files' times, so
+    its target is still its last operand: `rsync -t notes.txt /etc/` writes into /etc."""
+    assert stage.check_command("rsync -t notes.txt /etc/")
+    assert stage.check_command("rsync -avt --delete src/ /usr/local/share/")
+    assert stage.check_command("rsync -t notes.txt backup/") is None
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 @pytest.mark.parametrize("command", ["rm -rf /tmp/build", "rm -rf /var/tmp/cache", "echo x > /dev/shm/x",
                                      "cp -r src /tmp/work", "find /tmp -name '*.o' -delete"])
 def test_with_the_wall_up_tmp_is_the_command_s_own(stage, command, project, monkeypatch):
