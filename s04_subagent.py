@@ -443,18 +443,8 @@ def check_command(command: str, depth: int = 0) -> str | None:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     if depth > MAX_DEPTH:
         return f"it nests shells or evals more than {MAX_DEPTH} levels deep"
-    # bash joins the lines around a \ before a newline, but not in '...' or in a quoted heredoc:
-    # read both ways (the parser does not join them), and the first reason wins
-    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
-        reason = check_script(text, depth)
-        if reason:
-            return reason
-    return None
-
-def check_script(text: str, depth: int) -> str | None:
-    """Judge every command of the tree, and every file a redirection writes, in bash's order."""
-    try:
-        for words, written, piped, function in commands_in(text):
+    try:  # every command of the tree, and every file a redirection writes, in bash's order
+        for words, written, piped, function in commands_in(command):
             if piped and words[:1] == [function]:  # :(){ :|:& };:
                 return f"{function} is a fork bomb: the function starts itself through a pipe"
             reason = check_writes(written)  # > FILE, >> FILE, &> FILE
@@ -1038,19 +1028,22 @@ def bash_parser():
     import tree_sitter_bash
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
-def commands_in(text: str):
-    """What check_script judges, in the order bash reads it: for each command, (its words, [],
+def commands_in(command: str):
+    """What check_command judges, in the order bash reads it: for each command, (its words, [],
     whether a pipe feeds it, the function it sits in); for each redirection, ([], the files it
-    writes, False, the function). $NAME is the literal NAME was set to earlier: X=sudo; $X ls."""
-    variables = {}
-    for node, function in nodes_in(text):
-        if node.type == "variable_assignment":
-            variables.update(assignment(node))
-        elif node.type == "file_redirect":
-            yield [], redirected_to(node), False, function
-        elif node.type == "command":
-            words = [part for word in words_of(node) for part in known(word, variables)]
-            yield words, [], fed_by_a_pipe(node), function
+    writes, False, the function). $NAME is the literal NAME was set to earlier: X=sudo; $X ls.
+    Bash joins the lines around a \\ before a newline, but not in '...' or in a quoted heredoc, and
+    the parser never does: the line is read both ways, one after the other."""
+    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
+        variables = {}
+        for node, function in nodes_in(text):
+            if node.type == "variable_assignment":
+                variables.update(assignment(node))
+            elif node.type == "file_redirect":
+                yield [], redirected_to(node), False, function
+            elif node.type == "command":
+                words = [part for word in words_of(node) for part in known(word, variables)]
+                yield words, [], fed_by_a_pipe(node), function
 
 def nodes_in(text: str):
     """Each node of text's tree, depth first, with the name of the function it sits in ("" if
