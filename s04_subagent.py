@@ -1042,7 +1042,7 @@ def commands_in(command: str):
             elif node.type == "file_redirect":
                 yield [], redirected_to(node), False, function
             elif node.type == "command":
-                words = [part for word in words_of(node) for part in known(word, variables)]
+                words = [part for word in words_of(node) for part in variables.get(word, [word])]
                 yield words, [], fed_by_a_pipe(node), function
 
 def nodes_in(text: str):
@@ -1130,19 +1130,15 @@ def word_of(node) -> str:
     return text  # $X, ${X}, $((1+2)), {a,b}: as written
 
 def assignment(node) -> dict:
-    """NAME -> its literal value, for NAME=value on a line of its own (or after export); empty if
-    it is set for one command only (NAME=1 cmd). A value bash computes makes NAME unknown."""
+    """$NAME and ${NAME} -> the words of NAME's literal value, for NAME=value on a line of its own
+    (or after export); empty if it is set for one command only (NAME=1 cmd). A value bash
+    computes leaves $NAME unknown."""
     if node.parent.type == "command":
         return {}
     name, value = word_of(node.child_by_field_name("name")), node.child_by_field_name("value")
     text = word_of(value) if value else ""
-    return {name: text if "$" not in text else "$" + name}  # "$" + name: not known
-
-def known(word: str, variables: dict) -> list:
-    """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
-    name = word.strip("${}")
-    is_set = re.fullmatch(r"\$\{?\w+\}?", word) and name in variables
-    return variables[name].split() if is_set else [word]
+    words = text.split() if "$" not in text else ["$" + name]
+    return {"$" + name: words, "${" + name + "}": words}
 
 def fed_by_a_pipe(node) -> bool:
     """Is the command's input a pipe: not first in a pipeline, or in a ( ) or { } that is?"""
@@ -1230,13 +1226,13 @@ def recursive(args: list) -> bool:  # -r, -R, -rf, --recursive, --recu (GNU take
     return "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
 
 def target_option(args: list) -> list:
-    """The folder named by -t DIR, -tDIR or --target-directory=DIR, as a list (empty if none)."""
+    """The folder named by -t DIR, -tDIR or --target-directory[=]DIR, as a list (empty if none)."""
     for i, arg in enumerate(args):
+        if arg in ("-t", "--target-directory"):
+            return args[i + 1:i + 2]
         if arg.startswith("--target-directory="):
             return [arg.split("=", 1)[1]]
-        if arg in ("-t", "--target-directory") and i + 1 < len(args):
-            return [args[i + 1]]
-        if arg.startswith("-t") and arg[2:3] not in ("", "-"):
+        if arg.startswith("-t"):
             return [arg[2:]]
     return []
 
