@@ -1099,7 +1099,8 @@ def place(word: str) -> str:
         return WORKSPACE
     if path.startswith(workspace + "/"):
         return INSIDE
-    if not sandbox_off() and any(Path(path).is_relative_to(folder) for folder in IN_MEMORY):
+    own = any(path == folder or path.startswith(folder + "/") for folder in IN_MEMORY)
+    if own and not sandbox_off():
         return OWN  # the wall's /tmp, gone when the command ends
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
