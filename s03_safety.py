@@ -931,8 +931,8 @@ def bwrap_problem() -> str | None:
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
-# nodes_in(text) gives every node in the order bash reads them, with the function around it;
-# commands_in(text) the commands and redirections in them, their words unexpanded.
+# commands_in(command) gives the commands and redirections of its tree in the order bash reads
+# them, their words unexpanded; place(word) where a path leads; then the helpers for arguments.
 
 @functools.cache
 def bash_parser():
