@@ -253,11 +253,16 @@ REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
 RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
-    "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0),
-    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "time": ({"-f", "-o"}, 0),
-    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0), "exec": ({"-a"}, 0),
+    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
+    "nice": ({"-n", "--adjustment"}, 0),
+    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),  # timeout 5 CMD
+    "time": ({"-f", "-o"}, 0),
+    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0),
+    "exec": ({"-a"}, 0),
     "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
-    "stdbuf": ({"-i", "-o", "-e"}, 0), "ionice": ({"-c", "-n"}, 0), "chroot": (set(), 1),
+    "stdbuf": ({"-i", "-o", "-e"}, 0),
+    "ionice": ({"-c", "-n"}, 0),
+    "chroot": (set(), 1),  # chroot DIR CMD
     **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
 INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
@@ -943,13 +948,20 @@ def bash_parser():
 
 def commands_in(command: str):
     """What check_command judges, in the order bash reads it: for each command, (its words, [],
-    whether a pipe feeds it, the function it sits in); for each redirection, ([], the files it
-    writes, False, the function). $NAME is the literal NAME was set to earlier: X=sudo; $X ls.
-    Bash joins the lines around a \\ before a newline, but not in '...' or in a quoted heredoc, and
-    the parser never does: the line is read both ways, one after the other."""
+    whether a pipe feeds it, the function it sits in, or ""); for each redirection, ([], the files
+    it writes, False, the function). $NAME is the literal NAME was set to earlier (X=sudo; $X ls).
+    ValueError where bash would read the text otherwise than the tree says (misread)."""
+    # bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and
+    # the parser never does: read the line both ways, one after the other
     for text in dict.fromkeys([command, command.replace("\\\n", "")]):
+        source = text.encode(errors="surrogateescape")
+        stack = [(parse(source).root_node, "")]  # depth first, in a loop: no recursion to overflow
         variables = {}
-        for node, function in nodes_in(text):
+        while stack:
+            node, function = stack.pop()
+            if misread(node, source):
+                spelled = node.text[:40].decode(errors="replace")
+                raise ValueError(f"bash may read {spelled!r} otherwise")
             if node.type == "variable_assignment":
                 variables.update(assignment(node))
             elif node.type == "file_redirect":
@@ -957,46 +969,35 @@ def commands_in(command: str):
             elif node.type == "command":
                 words = [part for word in words_of(node) for part in variables.get(word, [word])]
                 yield words, [], fed_by_a_pipe(node), function
-
-def nodes_in(text: str):
-    """Each node of text's tree, depth first, with the name of the function it sits in ("" if
-    none). A loop, not recursion: a tree nested thousands deep costs no stack. ValueError where
-    bash would read the text otherwise than the tree says (misread)."""
-    source = text.encode(errors="surrogateescape")
-    stack = [(parse(source).root_node, "")]
-    while stack:
-        node, function = stack.pop()
-        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
-        read_write = node.is_error and node.text == b">" and after_a_less  # 3<>file
-        if node.is_error and not read_write or node.is_missing or misread(node, source):
-            raise ValueError(f"bash may read {node.text[:40].decode(errors='replace')!r} otherwise")
-        yield node, function
-        if node.type == "function_definition":
-            function = word_of(node.child_by_field_name("name"))
-        stack.extend((child, function) for child in reversed(node.children))
+            elif node.type == "function_definition":
+                function = word_of(node.child_by_field_name("name"))
+            stack.extend((child, function) for child in reversed(node.children))
 
 def parse(source: bytes):
     """The tree of source, read in pieces. A bash line takes the parser about two readings of it;
     its error recovery can take a number that grows with the length (`;|` repeated: 2,476 over
     10 KB), so past four readings the parse stops, and so does the filter: ValueError."""
     budget = 4 * len(source) + 1024  # bytes, and one for each piece
-    parsing = True
 
-    def piece(offset: int, _point) -> bytes:  # node.text reads through it too, after the parse
+    def piece(offset: int, _point) -> bytes:
         nonlocal budget
-        budget -= (len(source[offset:offset + 256]) + 1) if parsing else 0
+        budget -= len(source[offset:offset + 256]) + 1
         return source[offset:offset + 256] if budget >= 0 else b""
 
     tree = bash_parser().parse(piece)
-    parsing = False
     if budget < 0:
         raise ValueError("the parser would read it over and over, as it does what is not bash")
+    budget = float("inf")  # node.text reads through piece too, after the parse
     return tree
 
 def misread(node, source: bytes) -> bool:
-    """Where tree-sitter and bash part (found by review): a # that bash reads as part of a word
-    (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an empty
-    { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    """Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which
+    bash reads and the tree takes for an error); found by review, a # that bash reads as part of a
+    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an
+    empty { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    if node.is_error or node.is_missing:
+        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
+        return node.is_missing or node.text != b">" or not after_a_less  # 3<>file
     if node.type == "comment":
         before = source[max(node.start_byte - 2, 0):node.start_byte]
         return before[-1:] not in b"\n \t;&|()<>" or before[:1] == b"\\"
