@@ -84,44 +84,34 @@ TOOLS = [{
 # == THE LESSON ===================================================================================
 # -- new in s03: fences around the tools ------------------------------------------------------
 # -- fence 1: the wall: the operating system confines every command ------------------------
-# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
-# promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
-# 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
-#    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
-#    link packages from their caches: the same file is outside too). /proc and /dev are
-#    read-only. No keyring of the user's is read or added to, and no user namespace is made, in
-#    which a command would have every capability again (a seccomp filter).
-# 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
-#    and the agent's Python, never a folder holding the home folder (which is empty) or the
-#    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
-#    variable outside command_env's allow-list.
-# 3. No service outside is reached: the network is off unless NETWORK=on (then the machine's own
-#    loopback services answer too), and a command makes only Internet and netlink sockets and
-#    pairs of stream sockets (a seccomp filter): no Unix socket, wherever its file is.
-# 4. Nothing runs later unless the user runs it: where they are in the workspace, the real folder
-#    of each repository, what other tools run (RUN_BY_TOOLS), the agent's folder and its Python
-#    are read-only mounts, which cannot be written or renamed; and no file is made setuid or
-#    setgid (the seccomp filter), to run as its owner outside.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
-#    (a cgroup); where none can be made, ulimit, memory per process, and the six folders a
-#    command has in memory hold a sixth of MAX_MEMORY each. Each file's size; time (BASH_TIMEOUT).
-#    The result names a limit met: counted by the cgroup, even if the command went on; without
-#    one, if the command failed with the error that limit gives. The search before each command
-#    ends whatever the workspace holds (what it cannot list is hidden; past MOST_MOUNTS files to
-#    mount, their folders are mounted).
+# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities, and
+# sees only what mounts() names. Its promises, each kept by a mechanism, not a list of doors (the
+# note names the tests of each):
+# 1. Nothing outside the workspace changes, as root too: all a command sees there is read-only or
+#    its own, in memory; so is a workspace file with more than one link (uv and pnpm link
+#    packages from their caches). No keyring is read or added to, no user namespace made.
+# 2. No secret is read: outside the workspace only SYSTEM_FOLDERS, PATH's folders and the agent's
+#    Python show, never a folder holding the home folder (empty) or the agent's; each .env of the
+#    workspace (outside .git, in any case) reads as empty; only command_env's variables pass.
+# 3. No service outside is reached: no network unless NETWORK=on (then the machine's loopback
+#    services too); sockets only for the Internet and netlink, socket pairs only of streams: no
+#    Unix socket, wherever its file is.
+# 4. Nothing runs later unless the user runs it: in the workspace, what other tools run
+#    (RUN_BY_TOOLS), each repository's real folder, the agent's folder and its Python are
+#    read-only mounts, which cannot be renamed away; no file is made setuid or setgid.
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command and all it starts, in-memory folders
+#    included (a cgroup); without one, ulimit: memory per process, and each in-memory folder holds
+#    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
+#    counted by the cgroup, even if the command went on; without one, if the command failed with
+#    that limit's error. The search ends whatever the workspace holds (what it cannot list hides).
 # Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
-# new .vscode/ or .bashrc): review it, with `git status --ignored`, which shows what git ignores
-# too (a rewritten .pyc, a .pth in .venv, .husky/_); a repository the agent made runs its own
-# config (core.fsmonitor) at a git status inside it. As root, a command reads what root can read
-# in SYSTEM_FOLDERS (/etc/shadow). A .env committed to git's history reads through git. Only
-# each file's size is bounded, not the workspace's. Without a cgroup several processes together
-# may hold more than MAX_MEMORY, and root has no process limit. Programs that need a keyring or a
-# user namespace (podman) fail inside.
-# The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
-# - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
-# - search, read_only_roots, fewest: one walk of the workspace for mounts() (promises 1, 2, 4, 5).
-# - bwrap, bwrap_problem: the system's bubblewrap or the wheel's, and whether it can start here.
+# .pth in .venv): review it with `git status --ignored`; a repository it made runs its own config
+# at a git status there. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow); a
+# committed .env reads through git. The workspace's size is not bounded; without a cgroup,
+# processes together may pass MAX_MEMORY, and root has no process limit. Programs that need a
+# Unix socket, a keyring or a user namespace (podman) fail inside.
+# Below the machinery line: socket_filter (seccomp: promises 1, 3, 4), make_group and limits_met
+# (a cgroup: 5), search and fewest (one walk of the workspace), bwrap and bwrap_problem.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -134,14 +124,12 @@ RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashr
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
     "read-only": lambda path: ["--ro-bind-try", path, path],
     "writable": lambda path: ["--bind", path, path],
-    # Empty, its own. ulimit does not count it: the six a command has (the home folder as spelled
-    # and where it leads, /tmp, /var/tmp, /run, /dev/shm) share MAX_MEMORY, in whole MiB.
+    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
     "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
     "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
     "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
 }
-# Nothing but the mounts is seen. /proc is read-only: kernel settings (/proc/sys) and
-# /proc/sysrq-trigger, for root inside too. /dev is read-only: bwrap keeps it in memory, unsized.
+# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
 WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
         "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
@@ -724,9 +712,8 @@ def cap(text: str) -> str:
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
 # -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
-# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
-# chmod or mknod: only their *at forms).
+# Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
+# asm/unistd_64.h; aarch64's asm-generic/unistd.h: no open, creat, chmod or mknod, only *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
@@ -738,11 +725,11 @@ SYSTEM_CALLS = {
                              "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
-# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
-# open's flags, after which comes a mode that counts only when they create a file.
-MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
-           "mknodat": 2}
-FLAGS_AT = {"open": 1, "openat": 2}
+# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N" reads
+# argument N (from 0), the mode; "flags in N" open's flags, then a mode that counts if they create.
+CHECKED_AT = {"chmod": "mode in 1", "fchmod": "mode in 1", "mknod": "mode in 1",
+              "creat": "mode in 1", "fchmodat": "mode in 2", "fchmodat2": "mode in 2",
+              "mknodat": "mode in 2", "open": "flags in 1", "openat": "flags in 2"}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
@@ -823,10 +810,8 @@ def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
     only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
-    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
-                 if name in calls]  # aarch64 has only some
-    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
-             if name in calls]
+    checked = [(EQUAL, calls[name], label, None) for name, label in CHECKED_AT.items()
+               if name in calls]  # aarch64 has only some
     program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
         (LOAD, 4, None, None),  # the architecture the call was made for
         (EQUAL, arch, "ours", None),
@@ -843,8 +828,7 @@ def socket_filter() -> bytes:
         (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
-        *sets_mode,
-        *opens,
+        *checked,
         (ANSWER, ALLOW, None, None),  # any other call
         "socket",
         (LOAD, ARGUMENTS[0], None, None),  # the family
@@ -923,9 +907,8 @@ def remove_group(group: list) -> None:
             time.sleep(0.01)
 
 def limits_met(group: list, output: bytes) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
-    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
-    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
+    """The limits the command met, from its cgroup's counters; without one (ulimit counts nothing)
+    the limit whose error ends the output (EAGAIN from fork, ENOMEM, Python's MemoryError)."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
     if not group:
         last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
