@@ -273,8 +273,8 @@ def system_prompt() -> str:
 # committed .env reads through git. The workspace's size is not bounded; without a cgroup,
 # processes together may pass MAX_MEMORY, and root has no process limit. Programs that need a
 # Unix socket, a keyring or a user namespace (podman) fail inside.
-# Below the machinery line: socket_filter (seccomp: promises 1, 3, 4), make_group and limits_met
-# (a cgroup: 5), search and fewest (one walk of the workspace), bwrap and bwrap_problem.
+# Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
+# and limits_met (a cgroup: 5), search and fewest (the walk of the workspace), bwrap, bwrap_problem.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -338,19 +338,6 @@ def mounts() -> list:
             *[(path, "read-only") for path in fewest(found["linked"])],
             *[(folder, "hidden") for folder in fewest(found["unlisted"])],
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
-
-def brought_back(paths: list) -> list:
-    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
-    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
-    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
-    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
-    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
-            and not path.is_relative_to(WORKDIR.resolve())
-            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
-
-def pythons() -> list:
-    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
@@ -798,7 +785,20 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
-# -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
+# -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
+def brought_back(paths: list) -> list:
+    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
+    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
+    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
+    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
+            and not path.is_relative_to(WORKDIR.resolve())
+            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+
 # Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
 # asm/unistd_64.h; aarch64's asm-generic/unistd.h: no open, creat, chmod or mknod, only *at forms).
 SYSTEM_CALLS = {
