@@ -267,12 +267,11 @@ def system_prompt() -> str:
 #    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
 #    counted by the cgroup, even if the command went on; without one, if the command failed with
 #    that limit's error. The search ends whatever the workspace holds (what it cannot list hides).
-# Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
-# .pth in .venv): review it with `git status --ignored`; a repository it made runs its own config
-# at a git status there. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow); a
-# committed .env reads through git. The workspace's size is not bounded; without a cgroup,
-# processes together may pass MAX_MEMORY, and root has no process limit. Programs that need a
-# Unix socket, a keyring or a user namespace (podman) fail inside.
+# Not promised (the note has the whole list): what the agent writes in the workspace runs when the
+# user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
+# it made runs its own config at a git status there. A committed .env reads through git. As root,
+# a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and without a cgroup has no
+# process limit. Programs that need a keyring or a user namespace (podman) fail inside.
 # Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
 # and limits_met (a cgroup: 5), search and fewest (the walk of the workspace), bwrap, bwrap_problem.
 
