@@ -266,7 +266,7 @@ def system_prompt() -> str:
 #    included (a cgroup); without one, ulimit: memory per process, and each in-memory folder holds
 #    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
 #    counted by the cgroup, even if the command went on; without one, if the command failed with
-#    that limit's error. The search ends whatever the workspace holds (what it cannot list hides).
+#    its error. The search ends whatever the workspace holds (what it cannot list is hidden).
 # Not promised (the note has the whole list): what the agent writes in the workspace runs when the
 # user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
 # it made runs its own config at a git status there. A committed .env reads through git. As root,
@@ -811,8 +811,8 @@ SYSTEM_CALLS = {
                              "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
-# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N" reads
-# argument N (from 0), the mode; "flags in N" open's flags, then a mode that counts if they create.
+# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N"
+# reads its mode, argument N (from 0); "flags in N" open's flags, then the mode if they create.
 CHECKED_AT = {"chmod": "mode in 1", "fchmod": "mode in 1", "mknod": "mode in 1",
               "creat": "mode in 1", "fchmodat": "mode in 2", "fchmodat2": "mode in 2",
               "mknodat": "mode in 2", "open": "flags in 1", "openat": "flags in 2"}
