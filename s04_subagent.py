@@ -273,7 +273,7 @@ def system_prompt() -> str:
 # a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and without a cgroup has no
 # process limit. Programs that need a keyring or a user namespace (podman) fail inside.
 # Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
-# and limits_met (a cgroup: 5), search and fewest (the walk of the workspace), bwrap, bwrap_problem.
+# and limits_met (a cgroup: 5), search, read_only_roots, fewest (the walk), bwrap, bwrap_problem.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
