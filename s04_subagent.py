@@ -798,9 +798,11 @@ def cap(text: str) -> str:
 # -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
-    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
+    not one the user cannot reach either (root's, in a PATH kept by su), which bwrap cannot bind."""
     kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
-    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
+    reached = [path for path in paths if os.path.isabs(path) and os.path.exists(path)]
+    resolved = sorted({Path(os.path.realpath(path)) for path in reached})
     return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
             and not path.is_relative_to(WORKDIR.resolve())
             and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]

@@ -1352,6 +1352,23 @@ def test_a_env_file_is_a_secret_in_any_case(stage, scripted, workspace):
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_path_folder_the_user_cannot_reach_does_not_stop_commands(stage, scripted, tmp_path, monkeypatch):
+    """`su` or `runuser` may keep root's PATH (/root/.cargo/bin) for a user who cannot open it. Such
+    a folder is left out of the wall (bwrap could not bind it), and commands still run. (As root,
+    every folder can be reached, and this shows nothing.)"""
+    locked = tmp_path / "locked"
+    (locked / "bin").mkdir(parents=True)
+    locked.chmod(0)
+    monkeypatch.setenv("PATH", f"{locked / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    try:
+        content = call_tool(stage, scripted, "bash", command="echo still-runs")["content"]
+    finally:
+        locked.chmod(0o700)
+    assert "still-runs" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_folder_named_like_a_env_file_is_hidden_whole(stage, scripted, workspace):
     """Some projects keep their secrets in folders (cookiecutter's .envs/.production/.postgres,
     .env.d/app). A folder whose name starts with .env is hidden whole, from commands and from the
