@@ -960,6 +960,8 @@ def commands_in(command: str):
     ValueError where bash would read the text otherwise than the tree says (misread)."""
     # bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and
     # the parser never does: read the line both ways, one after the other
+    if "\\\r" in command:  # the parser joins lines at \<CR><LF> too; bash keeps the <CR> in a word
+        raise ValueError("bash reads a \\ before a carriage return otherwise")
     for text in dict.fromkeys([command, command.replace("\\\n", "")]):
         source = text.encode(errors="surrogateescape")
         stack = [(parse(source).root_node, "")]  # depth first, in a loop: no recursion to overflow
@@ -1000,8 +1002,8 @@ def parse(source: bytes):
 def misread(node, source: bytes) -> bool:
     """Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which
     bash reads and the tree takes for an error); found by review, a # that bash reads as part of a
-    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an
-    empty { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, a $
+    before a newline, an empty { }, a file descriptor the tree takes for an argument (0<<<'x')."""
     if node.is_error or node.is_missing:
         after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
         return node.is_missing or node.text != b">" or not after_a_less  # 3<>file
@@ -1016,6 +1018,8 @@ def misread(node, source: bytes) -> bool:
         return (line.lstrip("\t") if opener == "<<-" else line) != "".join(shlex.split(start))
     if node.type == "command_substitution" and node.text[:1] == b"`":  # `a \`b\``: b runs too
         return b"\\`" in node.text
+    if node.type == "simple_expansion":  # $ then a newline: bash reads a plain $, and a new line
+        return any(space in node.text for space in b" \t\n")
     after = node.next_sibling
     if node.type == "number" and after:
         return "redirect" in after.type and after.start_byte == node.end_byte
@@ -1108,7 +1112,8 @@ def place(word: str) -> str:
     if path.startswith(workspace + "/"):
         return INSIDE
     own = any(path == folder or path.startswith(folder + "/") for folder in IN_MEMORY)
-    if own and not sandbox_off():
+    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, say
+    if own and not sandbox_off() and not holds_the_workspace:
         return OWN  # the wall's /tmp, gone when the command ends
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
