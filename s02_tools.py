@@ -12,10 +12,9 @@ Key insight: the loop is the same as in s01. A new tool is a schema the model re
 function a table points to; whatever the model sends (a bad name, a missing argument, a failing
 tool), it gets a tool_result back.
 
-Map: THE LESSON: new here: the idea (TOOLS, dispatch, check_args), the file tools (read_file,
-write_file, edit_file, list_dir), their hardening (check_kind, read_start, write_atomically); then
-s01's loop and bash, and TOOL_HANDLERS; THE MACHINERY, to skip on a first reading: the screen, the
-wire, start-up (main).
+Map: THE LESSON: new here: the idea (TOOLS, dispatch, check_args), the file tools, their hardening
+(check_kind, read_start, write_atomically); then s01's loop and bash, and TOOL_HANDLERS; THE
+MACHINERY, to skip on a first reading: the screen, the wire, start-up (main).
 """
 
 import contextlib
@@ -189,7 +188,7 @@ def write_atomically(file: Path, text: str) -> None:
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
             if target.exists():  # keep its permission bits (a script stays executable), but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
+                os.chmod(temp, target.stat().st_mode & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty

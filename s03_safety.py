@@ -570,7 +570,7 @@ def write_atomically(file: Path, text: str) -> None:
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
             if target.exists():  # keep its permission bits (a script stays executable), but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
+                os.chmod(temp, target.stat().st_mode & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
