@@ -50,7 +50,6 @@ API_RETRIES = 2  # more tries the SDK gives a call that timed out, lost its conn
 MAX_MODEL_CALLS = 50  # model calls one turn may make (a weak model may never stop)
 WORKDIR = Path.cwd()
 STAGE = "s03"
-PROMPT = f"{STAGE} >> "
 client = None  # built by main(), never at import: importing a stage has no side effects
 
 TOOLS = [{
@@ -525,7 +524,7 @@ def write_atomically(file: Path, text: str) -> None:
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
             if target.exists():  # keep its permission bits (a script stays executable), but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
+                os.chmod(temp, target.stat().st_mode & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -960,6 +959,8 @@ def commands_in(command: str):
     ValueError where bash would read the text otherwise than the tree says (misread)."""
     # bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and
     # the parser never does: read the line both ways, one after the other
+    if "\\\r" in command:  # the parser joins lines at \<CR><LF> too; bash keeps the <CR> in a word
+        raise ValueError("bash reads a \\ before a carriage return otherwise")
     for text in dict.fromkeys([command, command.replace("\\\n", "")]):
         source = text.encode(errors="surrogateescape")
         stack = [(parse(source).root_node, "")]  # depth first, in a loop: no recursion to overflow
@@ -1000,8 +1001,8 @@ def parse(source: bytes):
 def misread(node, source: bytes) -> bool:
     """Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which
     bash reads and the tree takes for an error); found by review, a # that bash reads as part of a
-    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an
-    empty { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, a $
+    before a newline, an empty { }, a file descriptor the tree takes for an argument (0<<<'x')."""
     if node.is_error or node.is_missing:
         after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
         return node.is_missing or node.text != b">" or not after_a_less  # 3<>file
@@ -1016,6 +1017,8 @@ def misread(node, source: bytes) -> bool:
         return (line.lstrip("\t") if opener == "<<-" else line) != "".join(shlex.split(start))
     if node.type == "command_substitution" and node.text[:1] == b"`":  # `a \`b\``: b runs too
         return b"\\`" in node.text
+    if node.type == "simple_expansion":  # $ then a newline: bash reads a plain $, and a new line
+        return any(space in node.text for space in b" \t\n")
     after = node.next_sibling
     if node.type == "number" and after:
         return "redirect" in after.type and after.start_byte == node.end_byte
@@ -1108,7 +1111,8 @@ def place(word: str) -> str:
     if path.startswith(workspace + "/"):
         return INSIDE
     own = any(path == folder or path.startswith(folder + "/") for folder in IN_MEMORY)
-    if own and not sandbox_off():
+    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, say
+    if own and not sandbox_off() and not holds_the_workspace:
         return OWN  # the wall's /tmp, gone when the command ends
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
@@ -1169,7 +1173,7 @@ def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
     text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
     if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
         text = f"\033[2m{text}\033[0m"
-    print(text, end=end, file=file, flush=True)  # file None: standard output
+    print(text, end=end, file=file, flush=True)  # flush: a streamed piece shows at once
 
 def shorten(line: str, width: int = 120) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -1240,7 +1244,7 @@ def recorded(request: dict, **fields):
     """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     global turn_number
     if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
-        turn_number += 1  # the parent's history ends with what you typed: your next turn begins
+        turn_number += 1  # a parent's call after what you typed (a string; tool results: a list)
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -1252,18 +1256,17 @@ def recorded(request: dict, **fields):
         raise
     finally:
         line["seconds"] = round(time.monotonic() - started, 3)
-        save_transcript(line)
+        save_transcript(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
+            mode="json", exclude_none=True)) + "\n")
 
-def save_transcript(line: dict | None) -> None:
-    """Append a line to TRANSCRIPT, if set (never the key); if it cannot, say so and stop."""
+def save_transcript(text: str) -> None:
+    """Append text to TRANSCRIPT, if set; if it cannot, say so and stop recording."""
     path = os.environ.get("TRANSCRIPT")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as file:
-            if line is not None:  # main() writes None to try the file
-                file.write(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
-                    mode="json", exclude_none=True)) + "\n")
+            file.write(text)
     except OSError as error:
         del os.environ["TRANSCRIPT"]
         show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
@@ -1294,10 +1297,10 @@ def server_said(error) -> str:
     words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
     return shorten(" ".join(words), 100) or "no message"
 
-MISSING_KEY = """\
+MISSING_KEY = f"""\
 No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this script (copy
 .env.example). A compatible provider also needs ANTHROPIC_BASE_URL and MODEL_ID; a local server
-(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
+(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {STAGE}"""
 
 def make_client():
     """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
@@ -1358,7 +1361,7 @@ def main() -> int:
             if os.environ.get(name, "").lower() not in ("", "off", "on"):
                 raise ValueError(f"{name}={os.environ[name]!r} cannot work: write off or on")
         if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise ValueError(MISSING_KEY.format(stage=STAGE))
+            raise ValueError(MISSING_KEY)
     except ValueError as problem:
         show(str(problem), file=sys.stderr)
         return 2
@@ -1374,22 +1377,22 @@ def main() -> int:
              file=sys.stderr)
         return 2
     wall_state()
-    save_transcript(None)  # can it be written? If not, it says so now and recording is off
+    save_transcript("")  # can it be written? If not, it says so now and recording is off
     model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
     show(f"model {model} at {base_url().rstrip('/')}", grey=True)
+    readline = None  # on a terminal only: it holds the line being typed
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # input() gets line editing; Up recalls earlier lines
     messages, warned = [], False
     while True:
         try:
-            user_text = input(PROMPT)
+            user_text = input(f"{STAGE} >> ")
         except EOFError:
             show("")
             return 0
         except KeyboardInterrupt:
             show("")
-            readline = sys.modules.get("readline")  # it holds what was typed
             if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:

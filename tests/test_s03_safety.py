@@ -236,6 +236,8 @@ REFUSED = {
         'for f in a; do sudo rm "$f"; done', 'if [[ -d x ]]; then reboot; fi', 'echo $(( $(sudo id -u) + 1 ))',
         'echo `echo \\`sudo id\\``', "builtin eval 'sudo ls'", 'echo ${x:-$(sudo id)}'],
     'no longer left to the wall or missed': ['X=sudo; $X ls', 'cp -t /etc evil', "env -S 'sudo reboot'"],
+    'where the parser and bash part (a review found them)': ['echo x \\\r\nsudo reboot', '$\nsudo ls',
+        "$\nbash -c 'sudo reboot'"],
 }
 
 ALLOWED = {
@@ -442,6 +444,17 @@ def test_with_the_wall_up_tmp_is_the_command_s_own(stage, command, project, monk
     assert stage.check_command(command) is None
     monkeypatch.setenv("SANDBOX", "off")
     assert stage.check_command(command.replace("cp -r src", "cp -r src/x /etc/x ;"))
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("command", ["rm -rf /tmp/work", "rm -rf /tmp", "find /tmp -delete"])
+def test_a_memory_folder_that_holds_the_workspace_is_not_the_command_s_own(stage, command, monkeypatch):
+    """A workspace can lie in /tmp or /run (a USB drive under /run/media). Then the folders around it
+    are not the command's own: deleting them deletes the workspace, and is refused as outside."""
+    monkeypatch.setenv("SANDBOX", "")
+    monkeypatch.setattr(stage, "WORKDIR", Path("/tmp/work/project"))
+    assert stage.check_command(command)
+    assert stage.check_command("rm -rf /tmp/build") is None  # beside the workspace: its own
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
