@@ -376,6 +376,44 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
 
 # -- fence 4: a bash tool that cannot be wedged --------------------------------------------
 
+def run_bash(command: str) -> str:
+    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
+    reason = check_command(command)
+    if reason:
+        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
+    if not sandbox_off() and bwrap_problem():
+        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
+    group = [] if sandbox_off() else make_group()
+    process = None
+    try:
+        with tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options:  # for bwrap
+            argv = ["bash", "-c", command]
+            if not sandbox_off():
+                argv = walled(command, rules, options, group)
+            process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(),
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       pass_fds=[rules.fileno(), options.fileno()])
+        data, stopped = read_output(process)
+        met = limits_met(group, data)  # before the cgroup goes
+    finally:  # kill the process group, then the cgroup: nothing the command started outlives it
+        if process:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+        remove_group(group)
+    output = cap(data.decode(errors="replace"))
+    if stopped:
+        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
+    elif process.returncode:
+        output += f"\n(exit code {process.returncode})"
+    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
+        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
+    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
+        raise TimeoutError(output.strip())
+    return output or "(no output)"
+
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
              "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
              "LC_CTYPE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"}  # POSIX's locale
@@ -619,44 +657,6 @@ def run_tool(block) -> dict:
     result = dispatch(block)
     show_tool_result(result)
     return result
-
-def run_bash(command: str) -> str:
-    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
-    reason = check_command(command)
-    if reason:
-        raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
-    if not sandbox_off() and bwrap_problem():
-        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    group = [] if sandbox_off() else make_group()
-    process = None
-    try:
-        with tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options:  # for bwrap
-            argv = ["bash", "-c", command]
-            if not sandbox_off():
-                argv = walled(command, rules, options, group)
-            process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(),
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       pass_fds=[rules.fileno(), options.fileno()])
-        data, stopped = read_output(process)
-        met = limits_met(group, data)  # before the cgroup goes
-    finally:  # kill the process group, then the cgroup: nothing the command started outlives it
-        if process:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            process.stdout.close()
-        remove_group(group)
-    output = cap(data.decode(errors="replace"))
-    if stopped:
-        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
-    elif process.returncode:
-        output += f"\n(exit code {process.returncode})"
-    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
-        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
-    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
-        raise TimeoutError(output.strip())
-    return output or "(no output)"
 
 TOOL_HANDLERS = {  # what each tool's name runs: here, once run_bash is defined
     "bash": run_bash,
