@@ -669,6 +669,7 @@ def edit_file(path: str, old_text: str, new_text: str) -> str:
 
 def list_dir(path: str = ".") -> str:
     folder = safe_path(path)
+    check_door(folder, writing=False)  # a .env.d/ folder is a secret too
     check_kind(folder, path, "a folder")
     entries = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
     return cap("\n".join(entries)) or "(empty folder)"

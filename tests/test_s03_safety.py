@@ -1396,7 +1396,9 @@ def test_a_folder_named_like_a_env_file_is_hidden_whole(stage, scripted, workspa
     command = "cat .envs/.production/.postgres app/.env.d/db; grep -rn PASSWORD . ; true"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     read = call_tool(stage, scripted, "read_file", path=".envs/.production/.postgres")
+    listed = call_tool(stage, scripted, "list_dir", path="app/.env.d")
     assert "SECRET" not in content and read["is_error"] and "SECRET" not in read["content"]
+    assert listed["is_error"] and "db" not in listed["content"]  # not even the names
 
 
 @needs_the_wall
