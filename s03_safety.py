@@ -19,6 +19,7 @@ MACHINERY, to skip on a first reading: the screen, the wire, start-up (wall_stat
 """
 
 import contextlib
+import difflib
 import errno
 import functools
 import itertools
@@ -615,7 +616,7 @@ def take_reply(messages: list, response) -> str | None:
         cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
         messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
         return None
-    if stop == "tool_use" and calls:
+    if calls:  # stop_reason "tool_use"; some compatible servers say "end_turn" and mean it too
         messages.append({"role": "user", "content": [run_tool(block) for block in calls]})
         return None
     if stop == "pause_turn":
@@ -629,8 +630,10 @@ def run_turn(messages: list, user_text: str) -> None:
     try:
         agent_loop(messages)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
+        called = [b for m in messages[start + 1:] if m["role"] == "assistant" for b in m["content"]]
         del messages[start:]
-        show(f"\n{describe_error(error)}. The turn was dropped (files stay changed).")
+        changed = " (files stay changed)" if any(b.type == "tool_use" for b in called) else ""
+        show(f"\n{describe_error(error)}. The turn was dropped{changed}.")
 
 def add_reply(messages: list, content: list) -> None:
     """Without empty text blocks (the API rejects them), and not at all if empty."""
@@ -1170,11 +1173,17 @@ def in_the_agent_s_folder(word: str) -> bool:
     return Path(os.path.normpath(os.path.join(WORKDIR, path))).is_relative_to(HERE)
 
 
+waiting = False  # a line ended in "\r" is on the screen: what comes next clears it first
+
 def show(text: str, grey: bool = False, end: str = "\n", file=None) -> None:
     """All a stage prints, control characters escaped: an escape sequence can drive the terminal."""
+    global waiting
     text = re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda char: repr(char[0])[1:-1], text)
     if grey and sys.stdout.isatty() and not os.environ.get("NO_COLOR"):  # on a terminal only
         text = f"\033[2m{text}\033[0m"
+    if waiting:  # a line that ended in a carriage return waits to be cleared (\033[K)
+        text = "\033[K" + text
+    waiting = end == "\r"
     print(text, end=end, file=file, flush=True)  # flush: a streamed piece shows at once
 
 def shorten(line: str, width: int = 120) -> str:
@@ -1213,20 +1222,41 @@ def valid_utf8(text: str) -> str:
 def stream_reply(stream, request: dict, **fields):
     """Open the stream (the SDK sends the request then), show its text as it comes, record it."""
     import anthropic  # loaded by make_client already
+    if sys.stdout.isatty():  # a slow server may think for minutes; what comes next clears it
+        show("(waiting for the model)", grey=True, end="\r")
     with recorded(request, **fields) as call, stream as events:
         try:
             for text in events.text_stream:
                 show(text, end="")
             call["response"] = events.get_final_message()
-        except anthropic.APIError:  # an error event in the stream: the server's own words
+        except anthropic.APIStatusError:  # an error event in the stream: the server's own words
             raise
-        except Exception as error:  # noqa: BLE001 - mid-stream the SDK wraps no error
+        except Exception as error:  # noqa: BLE001 - a gap: APITimeoutError in SDK 2, or httpx's
             raise TurnFailed(broke_off(error, events.response.headers)) from None
+        finally:  # the transcript keeps what streamed of a reply cut off (the SDK asserts: none)
+            with contextlib.suppress(AssertionError):
+                call["response"] = call["response"] or events.current_message_snapshot
         if text_of(call["response"].content):
             show("")  # end the line the text streamed onto
+        show_written_call(call["response"], request["tools"])
         if call["response"].stop_reason is None:  # the stream ended before its stop reason
             raise TurnFailed("the reply stopped midway (the server closed the stream)")
     return call["response"]
+
+def show_written_call(response, tools: list) -> None:
+    """A small model may write a tool call as JSON text, which its server does not take for one:
+    the agent seems to do nothing. Say so; never run it (the lesson is tool_use)."""
+    if any(block.type == "tool_use" for block in response.content):
+        return
+    text = text_of(response.content)
+    for brace in re.finditer("{", text):
+        with contextlib.suppress(ValueError):  # no JSON starts at this brace
+            call = json.JSONDecoder().raw_decode(text, brace.start())[0]  # always an object
+            arguments = call.get("arguments", call.get("parameters"))
+            if call.get("name") in [tool["name"] for tool in tools] and isinstance(arguments, dict):
+                show(f"(the model wrote a {call['name']} call as text, not as a tool call: try a "
+                     "model that can call tools, or the server's tool-call settings)", grey=True)
+                return
 
 def broke_off(error: Exception, headers) -> str:
     """Why a stream failed: the SDK says only "timed out", or asserts when no events came at all."""
@@ -1248,7 +1278,7 @@ def recorded(request: dict, **fields):
     if "agent" not in fields and isinstance(request["messages"][-1]["content"], str):
         turn_number += 1  # a parent's call after what you typed (a string; tool results: a list)
     line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": None,
-            "session": SESSION, "turn": turn_number, "agent": "parent", **fields,
+            "session": SESSION, "turn": turn_number, "agent": "parent", "stage": STAGE, **fields,
             "request": request, "response": None}
     started = time.monotonic()
     try:
@@ -1286,8 +1316,11 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, anthropic.APIStatusError):
         request = f", request {error.request_id}" if error.request_id else ""  # many servers: none
         text = f"API error {error.status_code} ({server_said(error)}){request}"
-        if error.status_code in (401, 403, 404):  # a setting, from a proxy too; a 400: the request
-            text += "; check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID"
+        url = error.request.url  # the base URL and the path the SDK adds: /v1/messages
+        if error.status_code in (401, 403, 404, 405, 501):  # a setting; a 400: the request itself
+            text += f"; check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and MODEL_ID (tried {url})"
+        if "/v1/v1/" in str(url):  # OpenAI-style servers' habit: a base URL ending in /v1
+            text += "; drop the /v1 that ANTHROPIC_BASE_URL ends in: the SDK adds it"
         return text
     return str(error) if isinstance(error, TurnFailed) else f"{type(error).__name__}: {error}"
 
@@ -1296,7 +1329,8 @@ def server_said(error) -> str:
     details = error.body.get("error") if isinstance(error.body, dict) else None
     if isinstance(details, dict):
         return f"{details.get('type')}: {details.get('message')}"
-    words = re.sub("<[^>]*>", " ", error.response.text).split()  # each <tag> becomes a space
+    page = re.sub("<title>.*</title>", "", error.response.text)  # its heading says it again
+    words = re.sub("<[^>]*>", " ", page).split()  # each <tag> becomes a space
     return shorten(" ".join(words), 100) or "no message"
 
 MISSING_KEY = f"""\
@@ -1323,6 +1357,17 @@ def show_retry(request) -> None:
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+
+SETTINGS = ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MODEL_ID", "TRANSCRIPT", "API_TIMEOUT",
+            "API_RETRIES", "MAX_TOKENS", "MAX_MODEL_CALLS", "NO_COLOR", "SANDBOX", "NETWORK"]
+
+def show_unknown_settings() -> None:
+    """A mistyped setting would be ignored without a word: name each key that looks like one."""
+    for name in sorted(os.environ):  # the keys of .env too, once loaded
+        near = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.85)
+        if name not in SETTINGS and (near or name.startswith("ANTHROPIC_")):
+            guess = f"; did you mean {near[0]}?" if near else ""
+            show(f"({name} is not a setting of {STAGE}, which ignores it{guess})", grey=True)
 
 def number_setting(name: str, default: int, least: int = 1) -> int:
     """A whole number from the environment, or `default` if unset; one that cannot work stops."""
@@ -1351,6 +1396,7 @@ def main() -> int:
     bash_parser()  # the filter's parser (tree_sitter): missing, it is said here too
     sys.stdout.reconfigure(errors="replace")  # a character the terminal cannot show prints as "?"
     load_dotenv(Path(__file__).with_name(".env"))  # beside the script, never in a folder above
+    show_unknown_settings()
     try:  # a setting that cannot work is one line now, not a failure at each call
         API_TIMEOUT = number_setting("API_TIMEOUT", API_TIMEOUT)
         API_RETRIES = number_setting("API_RETRIES", API_RETRIES, least=0)

@@ -107,7 +107,8 @@ APACHE_501 = """<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">
 def status_error(answer: dict) -> anthropic.APIStatusError:
     """The SDK's exception for an `api_error` answer, as the real client raises it (no HTTP)."""
     body = {"type": "error", "error": {"type": answer["kind"], "message": answer["message"]}}
-    response = SimpleNamespace(status_code=answer["error_status"], request=None,
+    request = SimpleNamespace(url="https://api.anthropic.com/v1/messages")  # where the SDK sent it
+    response = SimpleNamespace(status_code=answer["error_status"], request=request,
                                headers={"request-id": f"req_fake{next(_ids):04d}"})
     return anthropic.APIStatusError(f"Error code: {answer['error_status']} - {body}",
                                     response=response, body=body)

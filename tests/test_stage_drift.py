@@ -13,9 +13,10 @@ from conftest import ROOT, STAGE_NAMES
 CHANGED = {
     "s02_tools": {"STAGE", "TOOLS", "dispatch"},
     # every file tool now goes through safe_path and the wall's doors; bash is checked, walled and hardened;
-    # the system prompt says whether the network is on; main says what the wall holds
+    # the system prompt says whether the network is on; main says what the wall holds and reads
+    # two more SETTINGS
     "s03_safety": {"STAGE", "system_prompt", "run_bash", "read_file", "write_file", "edit_file", "list_dir",
-                   "main"},
+                   "main", "SETTINGS"},
     # the loop's pieces take the tools, the system prompt and the cap as arguments, so parent and
     # child share them (agent_loop's defaults are the parent's: run_turn is s03's); dispatch hands
     # a task call's id to run_subagent (its transcript lines name it)

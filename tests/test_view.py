@@ -33,7 +33,7 @@ def open_browser() -> browser.Browser:
 
 def with_new_fields(lines: list) -> list:
     """The demo's transcript with fixed times and session, so that the page can be checked word for
-    word. The stages write time, seconds, session, turn, agent and, for a child, its task's id."""
+    word. The stages write time, seconds, session, turn, agent, stage and, for a child, its task's id."""
     start = datetime.datetime(2026, 12, 1, 15, 40, tzinfo=datetime.UTC)
     assert all("turn" in line and "session" in line for line in lines), "the stages write them"
     assert all("task" in line for line in lines if line.get("agent") == "child")
@@ -152,7 +152,7 @@ def test_the_s04_page_shows_the_parent_and_the_child_in_lanes_tied_by_the_task(
     assert "What do the modules" not in calls[1]["text"], "and nothing of the parent's"
     if fields == "new":  # the time of each call, the session, and the time per agent
         assert calls[0]["text"].startswith("call 1 · 15:40:00 · 1.5s")
-        assert "session 3f9a1c2e" in shown["text"]
+        assert "session 3f9a1c2e s04" in shown["text"]  # and the stage that ran it
         assert "3.0s" in shown["text"] and "4.5s" in shown["text"]
     assert (tmp_path / "s04.png").read_bytes().startswith(b"\x89PNG")
 

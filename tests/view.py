@@ -14,7 +14,7 @@ fonts) and prints its path. The page shows:
 
 A transcript is untrusted: a tool result may hold anything, `<script>` included. Every piece of
 text is escaped, and the page forbids scripts anyway (its Content-Security-Policy).
-Lines without the newer fields (time, seconds, session, turn, task) still work: a line without
+Lines without the newer fields (time, seconds, session, stage, turn, task) still work: a line without
 "agent" is the parent's, and a child without "task" is tied to a task call by its prompt.
 Stdlib only.
 """
@@ -61,6 +61,7 @@ def read_calls(lines: list) -> list:
                 "time": record.get("time"),
                 "seconds": record.get("seconds"),
                 "session": record.get("session"),
+                "stage": record.get("stage"),
                 "turn": record.get("turn"),
                 "task": record.get("task"),
             }
@@ -609,7 +610,7 @@ def render_timeline(calls: list, lanes: list) -> str:
             if call["session"] != last_session and call["session"]:
                 cells.append(
                     f'<div class="divider session" style="grid-row: {row}">session '
-                    f"{esc(call['session'])} {esc(call['time'] or '')}</div>"
+                    f"{esc(call['session'])} {esc(call['stage'] or '')} {esc(call['time'] or '')}</div>"
                 )
                 row += 1
             typed = typed_messages(call)
