@@ -45,7 +45,7 @@ from pathlib import Path
 DEFAULT_MODEL = "claude-sonnet-5-5"
 MAX_TOKENS = 8000  # the longest reply one call may write
 BASH_TIMEOUT = 120  # seconds
-SUBAGENT_MAX_TURNS = 30  # model calls a child may make
+SUBAGENT_MAX_CALLS = 30  # model calls a child may make
 MAX_OUTPUT = 50_000  # characters of tool output sent back to the model
 MAX_EDIT = 10 * 2**20  # bytes: edit_file holds a file in memory twice
 API_TIMEOUT = 60  # seconds the server may stay silent (while streaming: between two pieces)
@@ -96,22 +96,23 @@ PARENT_TOOLS = CHILD_TOOLS + [TASK_TOOL]  # the child never gets task: no recurs
 # == THE LESSON ===================================================================================
 # -- new in s04: a subagent, a child agent with a fresh context ----------------------------------
 
-def run_subagent(prompt: str, task: str) -> str:
+def run_subagent(prompt: str, task: str, label: str | None = None) -> str:
     """Run a child agent on `prompt` in a fresh conversation, and block until it is done. It goes
     through the same loop as the parent, with CHILD_TOOLS (the same fences, but no task: no
-    recursion) and at most SUBAGENT_MAX_TURNS model calls. Only its final text is returned; its
-    messages are thrown away. `task` is the id of the call that started it, for the transcript."""
+    recursion) and at most SUBAGENT_MAX_CALLS model calls. Only its final text is returned; its
+    messages are thrown away. `task` is the id of the call that started it, for the transcript;
+    `label`, the call's description, names it on screen."""
     messages = [{"role": "user", "content": prompt}]
     started = time.monotonic()
     with contextlib.redirect_stdout(Indented(sys.stdout)):  # its lines show under its task call
         try:
             final_text = agent_loop(messages, CHILD_TOOLS, child_system_prompt(),
-                                    SUBAGENT_MAX_TURNS, task)
+                                    SUBAGENT_MAX_CALLS, task)
         except Exception as error:  # noqa: BLE001 - the parent model is told why its child stopped
             raise RuntimeError(f"the subagent stopped: {describe_error(error)}. "
                                f"{last_words(messages)}") from None
         finally:
-            show_child_summary(messages, started)
+            show_child_summary(messages, started, label)
     return final_text or "(subagent returned no text)"
 
 def child_system_prompt() -> str:
@@ -126,14 +127,15 @@ def last_words(messages: list) -> str:
     texts = [text for text in texts if text]
     return f"Its last text: {texts[-1]}" if texts else "It left no text."
 
-def show_child_summary(messages: list, started: float) -> None:
+def show_child_summary(messages: list, started: float, label: str | None) -> None:
     """One line for the user (never sent to a model): the child's replies, tools and time."""
     replies = [message["content"] for message in messages if message["role"] == "assistant"]
     calls = [block.name for reply in replies for block in reply if block.type == "tool_use"]
     used = ", ".join(f"{name} x{n}" for name, n in collections.Counter(calls).items())
     took = time.monotonic() - started
     count = f"{len(replies)} {'reply' if len(replies) == 1 else 'replies'}"
-    show(f"= subagent: {count}, {used or 'no tools'}, {took:.1f}s", grey=True)
+    name = f"subagent ({label})" if label else "subagent"
+    show(f"= {name}: {count}, {used or 'no tools'}, {took:.1f}s", grey=True)
 
 class Indented:
     """Standard output while a child works: each line it prints is indented under its task."""
@@ -147,7 +149,7 @@ class Indented:
             if self.at_line_start:
                 self.out.write("    ")
             self.out.write(piece)
-            self.at_line_start = piece.endswith("\n")
+            self.at_line_start = piece.endswith(("\n", "\r"))  # "\r": the waiting line's end
         return len(text)
 
     def flush(self) -> None:
@@ -171,7 +173,7 @@ def agent_loop(messages: list, tools: list = PARENT_TOOLS, system: str | None = 
         if final_text is not None:
             return final_text
     raise TurnFailed(f"the model made {max_calls} calls without finishing (MAX_MODEL_CALLS; for a "
-                     "subagent, SUBAGENT_MAX_TURNS)")
+                     "subagent, SUBAGENT_MAX_CALLS)")
 
 def call_model(messages: list, tools: list, system: str, task=None):
     """One call: the whole conversation goes out; the reply's text streams onto the screen."""
@@ -229,7 +231,8 @@ def dispatch(block, tools: list) -> dict:
         return tool_result(block, f"error: {block.name}: {problem}", True)
     try:
         if block.name == "task":  # the one tool that needs its call's id: the child's lines name it
-            return tool_result(block, run_subagent(args["prompt"], block.id))
+            summary = run_subagent(args["prompt"], block.id, args.get("description"))
+            return tool_result(block, summary)
         return tool_result(block, TOOL_HANDLERS[block.name](**args))
     except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
         return tool_result(block, f"error: {type(error).__name__}: {error}", True)
@@ -613,14 +616,16 @@ def check_args(schema: dict, args: dict) -> str | None:
         if name not in args:
             return f"missing required argument {name!r}"
     for name, value in args.items():
-        wanted = schema["properties"].get(name, {}).get("type")
-        if wanted is None:
+        if name not in schema["properties"]:
             return f"unexpected argument {name!r}; it takes {', '.join(schema['properties'])}"
-        if not isinstance(value, JSON_TYPES[wanted]) or isinstance(value, bool):  # True is an int
+        wanted = schema["properties"][name].get("type")
+        types = JSON_TYPES.get(wanted) if isinstance(wanted, str) else None  # several: not checked
+        if types and type(value) not in types:  # type(), not isinstance(): True is an int too
             return f"argument {name!r} must be of type {wanted}, not {type(value).__name__}"
     return None
 
-JSON_TYPES = {"string": str, "integer": int}
+JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool],
+              "array": [list], "object": [dict]}  # as JSON is read; another type ("null") passes
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
     check_door(file, writing=False)

@@ -1,6 +1,7 @@
 """Shared fixtures: every stage is tested against a scripted model in a temporary workspace."""
 
 import importlib
+import io
 import os
 import re
 import signal
@@ -138,3 +139,19 @@ def call_tool(stage, scripted, name: str, **tool_input) -> dict:
 def context_sizes(output: str) -> list:
     """The context sizes that the usage lines in a stage's output show, in order."""
     return [int(size.replace(",", "")) for size in re.findall(r"\[context ([\d,]+) tokens", output)]
+
+
+class Terminal(io.StringIO):
+    """A stand-in for a terminal: it says it is one (so colour is on) and can watch what is written."""
+
+    def __init__(self, on_write=None):
+        super().__init__()
+        self.on_write = on_write or (lambda shown: None)
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.on_write(self.getvalue())
+        return written

@@ -13,7 +13,7 @@ EXPECTED = {  # what each stage's demo must show a newcomer
     "s01": ["> bash:", "20 lines"],
     "s02": ["> edit_file: greet.py", "Hello, world!"],
     "s03": ["outside the workspace", "refused, not run: sudo", "> bash: rm -rf build/"],
-    "s04": ["> task: survey src/", "    > read_file: src/cli.py", "= subagent: 3 replies"],
+    "s04": ["> task: survey src/", "    > read_file: src/cli.py", "= subagent (survey src/): 3 replies"],
 }
 
 
@@ -73,7 +73,7 @@ def test_the_documented_demo_command_works_with_no_key(tmp_path):
     done = subprocess.run([sys.executable, "tests/demo.py", "s04"], cwd=ROOT, env=clean_env(), capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "SCRIPTED" in done.stdout and "= subagent:" in done.stdout
+    assert "SCRIPTED" in done.stdout and "= subagent" in done.stdout
 
 
 def test_the_wire_option_shows_what_each_call_adds_and_the_tools_once(capsys):

@@ -19,6 +19,7 @@ import pytest
 from conftest import (
     ROOT,
     STAGE_NAMES,
+    Terminal,
     call_tool,
     clean_env,
     context_sizes,
@@ -786,22 +787,6 @@ def test_any_exception_inside_a_turn_drops_the_turn_and_the_session_goes_on(stag
     assert "an unplanned failure" in capsys.readouterr().out and len(messages) == 2
     stage.run_turn(messages, "three")
     assert history_problem(model.requests[-1]["messages"]) is None and "still here" in capsys.readouterr().out
-
-
-class Terminal(io.StringIO):
-    """A stand-in for a terminal: it says it is one (so colour is on) and can watch what is written."""
-
-    def __init__(self, on_write=None):
-        super().__init__()
-        self.on_write = on_write or (lambda shown: None)
-
-    def isatty(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        self.on_write(self.getvalue())
-        return written
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

@@ -38,6 +38,56 @@ def test_arguments_are_checked_against_the_schema(stage, tool_input, said, scrip
     assert result["is_error"] and said in result["content"]
 
 
+SETTINGS_TOOL = {  # a tool such as an exercise adds, with every type JSON Schema has
+    "name": "settings",
+    "description": "Show the settings it is given.",
+    "input_schema": {"type": "object", "required": [], "properties": {
+        "verbose": {"type": "boolean"}, "ratio": {"type": "number"}, "names": {"type": "array"},
+        "options": {"type": "object"}, "nothing": {"type": "null"},
+        "either": {"type": ["string", "null"]}, "untyped": {"enum": ["a", "b"]}}},
+}
+
+
+@pytest.fixture
+def settings_tool(monkeypatch):
+    """Adds SETTINGS_TOOL to a stage's tools (s04: the parent's), handled by a function that
+    returns its arguments sorted, as text."""
+    def offer(stage):
+        tools = getattr(stage, "PARENT_TOOLS", None) or stage.TOOLS  # the list the loop offers
+        tools.append(SETTINGS_TOOL)
+        added.append(tools)
+        monkeypatch.setitem(stage.TOOL_HANDLERS, "settings", lambda **args: repr(sorted(args)))
+    added = []
+    yield offer
+    for tools in added:
+        tools.remove(SETTINGS_TOOL)
+
+
+@pytest.mark.parametrize("stage", TOOL_STAGES)
+@pytest.mark.parametrize(("tool_input", "said"), [
+    ({"verbose": True, "ratio": 0.5, "names": ["a"], "options": {"a": 1}, "nothing": None,
+      "either": None, "untyped": "a"}, None),
+    ({"ratio": 2, "either": "text", "untyped": 7}, None),
+    ({"verbose": 1}, "'verbose' must be of type boolean"),
+    ({"ratio": "0.5"}, "'ratio' must be of type number"),
+    ({"ratio": False}, "'ratio' must be of type number"),
+    ({"names": "a"}, "'names' must be of type array"),
+    ({"options": ["a"]}, "'options' must be of type object"),
+])
+def test_every_json_schema_type_is_checked_or_passed_on(stage, tool_input, said, settings_tool,
+                                                        scripted):
+    """A tool may declare any JSON Schema type (s02's exercises add such tools): boolean, number,
+    array and object are checked (True is no number), and what the check does not know (null, a
+    list of types, no type at all) is passed on to the tool. Nothing raises: the model always gets
+    a tool_result."""
+    settings_tool(stage)
+    result = call_tool(stage, scripted, "settings", **tool_input)
+    if said is None:
+        assert not result["is_error"] and "ratio" in result["content"]
+    else:
+        assert result["is_error"] and said in result["content"]
+
+
 @pytest.mark.parametrize("stage", TOOL_STAGES)
 def test_a_null_optional_argument_counts_as_not_given(stage, scripted, workspace):
     """Models sometimes send null for an optional argument; that means "use the default"."""

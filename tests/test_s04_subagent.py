@@ -4,7 +4,7 @@ parent only its final text. Each test scripts both models: the parent's calls an
 import json
 
 import pytest
-from conftest import context_sizes, ctrl_c_cancels_only_that_turn
+from conftest import Terminal, context_sizes, ctrl_c_cancels_only_that_turn
 from fake_api import FakeAPI, api_error, history_problem, reply, tool
 
 import s04_subagent as s04
@@ -99,12 +99,12 @@ def test_the_child_works_behind_the_same_fences(scripted, workspace):
 
 
 def test_a_child_that_hits_the_turn_cap_says_it_did_not_finish(scripted):
-    """After SUBAGENT_MAX_TURNS model calls the child is stopped, and the parent gets an error
+    """After SUBAGENT_MAX_CALLS model calls the child is stopped, and the parent gets an error
     saying so, with the child's last text, not a partial answer dressed up as a summary."""
-    busy = [reply(f"still looking ({n})", tool("bash", command="true")) for n in range(s04.SUBAGENT_MAX_TURNS)]
+    busy = [reply(f"still looking ({n})", tool("bash", command="true")) for n in range(s04.SUBAGENT_MAX_CALLS)]
     model = scripted(s04, [delegate(), *busy, reply("The child gave up.")])
     s04.run_turn([], "go")
-    assert len([r for r in model.requests if is_child(r)]) == s04.SUBAGENT_MAX_TURNS == 30
+    assert len([r for r in model.requests if is_child(r)]) == s04.SUBAGENT_MAX_CALLS == 30
     result = task_result(model)
     assert result["is_error"] and "30 calls without finishing" in result["content"]
     assert "still looking (29)" in result["content"]
@@ -135,17 +135,18 @@ def test_ctrl_c_while_the_child_works_returns_to_the_prompt_with_a_valid_history
 
 def test_the_learner_sees_the_task_the_childs_calls_indented_and_one_summary_line(scripted, capsys):
     """The terminal shows the nesting: the task with its description, the child's calls (and its
-    usage lines) indented beneath it, then one line with its replies, tools and seconds (never
-    sent to the model)."""
+    usage lines) indented beneath it, then one line, named by the task's description, with its
+    replies, tools and seconds (never sent to the model)."""
     model = scripted(s04, [delegate(description="count files"), reply(tool("bash", command="ls"), tool("bash", command="pwd")),
                            reply("3 files"), reply("There are 3 files.")])
     s04.run_turn([], "how many files?")
     lines = capsys.readouterr().out.splitlines()
     task = next(i for i, line in enumerate(lines) if "> task:" in line and "count files" in line)
     child_calls = [line for line in lines[task:] if "    > bash:" in line]
-    summary = [line for line in lines if "= subagent:" in line]
+    summary = [line for line in lines if "= subagent" in line]
     assert len(child_calls) == 2 and len(summary) == 1
     assert "2 replies" in summary[0] and "bash x2" in summary[0] and summary[0].endswith("s")
+    assert "count files" in summary[0]
     assert "= subagent" not in str(model.requests)
 
 
@@ -153,8 +154,8 @@ def test_the_summary_line_says_1_reply_for_a_child_that_answered_at_once(scripte
     """A child that answers at once made one reply, and its line says so: "1 reply"."""
     scripted(s04, [delegate(), reply("Nothing to do."), reply("Done.")])
     s04.run_turn([], "go")
-    [summary] = [line for line in capsys.readouterr().out.splitlines() if "= subagent:" in line]
-    assert "= subagent: 1 reply, no tools" in summary
+    [summary] = [line for line in capsys.readouterr().out.splitlines() if "= subagent" in line]
+    assert summary.endswith("s") and ": 1 reply, no tools," in summary
 
 
 def test_a_tool_name_with_an_escape_sequence_is_escaped_in_the_summary_line(scripted, capsys):
@@ -163,7 +164,7 @@ def test_a_tool_name_with_an_escape_sequence_is_escaped_in_the_summary_line(scri
     scripted(s04, [delegate(), reply(tool("\x1b]0;taken over\x07")), reply("Done."), reply("ok")])
     s04.run_turn([], "go")
     out = capsys.readouterr().out
-    [summary] = [line for line in out.splitlines() if "= subagent:" in line]
+    [summary] = [line for line in out.splitlines() if "= subagent" in line]
     assert "\\x1b]0;taken over\\x07 x1" in summary
     assert "\x1b" not in out and "\x07" not in out
 
@@ -245,3 +246,15 @@ def test_two_tasks_of_one_turn_are_told_apart_in_the_transcript(scripted, tmp_pa
     assert [line["agent"] for line in lines] == ["parent", "child", "child", "parent"]
     assert lines[1]["request"]["messages"][0]["content"] == "Look at a."
 
+
+
+def test_on_a_terminal_the_childs_first_words_are_indented_after_its_waiting_line(
+        scripted, monkeypatch):
+    """On a terminal each model call shows a waiting line until its first word, and the first
+    word takes that line's place. A child's first words are indented under its task all the same."""
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    scripted(s04, [delegate(), reply("Child words."), reply("Parent words.")])
+    s04.run_turn([], "go")
+    child_line = next(line for line in terminal.getvalue().split("\n") if "Child words." in line)
+    assert child_line.endswith("\r    \033[KChild words.")  # its waiting line, then its words
