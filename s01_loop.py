@@ -215,8 +215,9 @@ def stream_reply(stream, request: dict, **fields):
             call["response"] = events.get_final_message()
         except anthropic.APIStatusError:  # an error event in the stream: the server's own words
             raise
-        except Exception as error:  # noqa: BLE001 - a gap: APITimeoutError in SDK 2, or httpx's
-            raise TurnFailed(broke_off(error, events.response.headers)) from None
+        except Exception as error:  # noqa: BLE001 - SDK 2 wraps a gap (APITimeoutError); 0.x: not
+            cause = error.__cause__ if isinstance(error, anthropic.APIConnectionError) else error
+            raise TurnFailed(broke_off(cause or error, events.response.headers)) from None
         finally:  # the transcript keeps what streamed of a reply cut off (the SDK asserts: none)
             with contextlib.suppress(AssertionError):
                 call["response"] = call["response"] or events.current_message_snapshot

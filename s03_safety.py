@@ -15,7 +15,8 @@ can act on.
 
 Map: THE LESSON: the fences, new here: the wall (walled, check_door), paths (safe_path), the
 filter (check_command), bash's limits (run_bash); then s02's tools and s01's loop; THE
-MACHINERY, to skip on a first reading: the screen, the wire, start-up (wall_state, main).
+MACHINERY, to skip on a first reading: the wall's plumbing, reading bash (for the filter), the
+screen, the wire, start-up (wall_state, main).
 """
 
 import contextlib
@@ -574,7 +575,7 @@ def write_atomically(file: Path, text: str) -> None:
         temp.unlink(missing_ok=True)
         raise
 
-# -- from s01: the loop, and bash ------------------------------------------------------------------
+# -- from s01: the loop ----------------------------------------------------------------------------
 
 def agent_loop(messages: list) -> str:
     """Call the model and run the tools it asks for until it stops; return its final text."""
@@ -663,7 +664,7 @@ def run_tool(block) -> dict:
     show_tool_result(result)
     return result
 
-TOOL_HANDLERS = {  # what each tool's name runs: here, once run_bash is defined
+TOOL_HANDLERS = {  # what each tool's name runs: here, once all its functions are defined
     "bash": run_bash,
     "read_file": read_file,
     "write_file": write_file,
@@ -680,7 +681,7 @@ def cap(text: str) -> str:
         return text
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
-# == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
+# == THE MACHINERY: the wall's plumbing, reading bash, the screen, the wire, start-up. Safe to skip.
 # -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
@@ -1233,8 +1234,9 @@ def stream_reply(stream, request: dict, **fields):
             call["response"] = events.get_final_message()
         except anthropic.APIStatusError:  # an error event in the stream: the server's own words
             raise
-        except Exception as error:  # noqa: BLE001 - a gap: APITimeoutError in SDK 2, or httpx's
-            raise TurnFailed(broke_off(error, events.response.headers)) from None
+        except Exception as error:  # noqa: BLE001 - SDK 2 wraps a gap (APITimeoutError); 0.x: not
+            cause = error.__cause__ if isinstance(error, anthropic.APIConnectionError) else error
+            raise TurnFailed(broke_off(cause or error, events.response.headers)) from None
         finally:  # the transcript keeps what streamed of a reply cut off (the SDK asserts: none)
             with contextlib.suppress(AssertionError):
                 call["response"] = call["response"] or events.current_message_snapshot

@@ -15,7 +15,8 @@ summary, so the parent's context stays small however much the child read.
 Map: THE LESSON: the subagent (run_subagent), new here; the loop's pieces it changes (agent_loop,
 call_model, take_reply, run_tool, dispatch: they take the tools, the system prompt and the cap),
 and system_prompt; then s03's fences, s02's tools and s01's loop, carried; THE MACHINERY, to skip
-on a first reading: the screen, the wire, start-up (main).
+on a first reading: the wall's plumbing, reading bash (for the filter), the screen, the wire,
+start-up (main).
 """
 
 import collections
@@ -723,7 +724,7 @@ def write_atomically(file: Path, text: str) -> None:
         temp.unlink(missing_ok=True)
         raise
 
-# -- from s01: the rest of the loop, and bash ------------------------------------------------------
+# -- from s01: the rest of the loop ----------------------------------------------------------------
 
 TURN_ENDERS = {  # stop reasons after which the turn cannot go on
     "refusal": "the model declined this request (refusal); rephrase it and try again",
@@ -753,7 +754,7 @@ def add_reply(messages: list, content: list) -> None:
 class TurnFailed(Exception):
     """A turn that cannot go on; it is dropped from the history and the message shown."""
 
-TOOL_HANDLERS = {  # what each tool's name runs: here, once run_bash is defined
+TOOL_HANDLERS = {  # what each tool's name runs: here, once all its functions are defined
     "bash": run_bash,
     "read_file": read_file,
     "write_file": write_file,
@@ -770,7 +771,7 @@ def cap(text: str) -> str:
         return text
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
-# == THE MACHINERY: the screen, the wire, start-up. Safe to skip on a first reading. =============
+# == THE MACHINERY: the wall's plumbing, reading bash, the screen, the wire, start-up. Safe to skip.
 # -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
@@ -1323,8 +1324,9 @@ def stream_reply(stream, request: dict, **fields):
             call["response"] = events.get_final_message()
         except anthropic.APIStatusError:  # an error event in the stream: the server's own words
             raise
-        except Exception as error:  # noqa: BLE001 - a gap: APITimeoutError in SDK 2, or httpx's
-            raise TurnFailed(broke_off(error, events.response.headers)) from None
+        except Exception as error:  # noqa: BLE001 - SDK 2 wraps a gap (APITimeoutError); 0.x: not
+            cause = error.__cause__ if isinstance(error, anthropic.APIConnectionError) else error
+            raise TurnFailed(broke_off(cause or error, events.response.headers)) from None
         finally:  # the transcript keeps what streamed of a reply cut off (the SDK asserts: none)
             with contextlib.suppress(AssertionError):
                 call["response"] = call["response"] or events.current_message_snapshot

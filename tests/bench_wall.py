@@ -7,7 +7,7 @@ mounts, bubblewrap's start and end. The full workspace holds 10,000 files in 100
 of them hard links to files outside it, as a virtual environment made by uv has (it links its
 packages from ~/.cache/uv). Times are the median of 15 runs of each, taken in turn (a busy
 moment slows both), on this machine, now: a shared or slow machine shows bigger numbers, and that
-is fine. The issue's budget: the full workspace costs at most four times the empty one.
+is fine. The target: the full workspace costs at most four times the empty one.
 """
 
 import os
