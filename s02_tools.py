@@ -507,7 +507,7 @@ def show_unknown_settings() -> None:
         near = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.85)
         if name not in SETTINGS and (near or name.startswith("ANTHROPIC_")):
             guess = f"; did you mean {near[0]}?" if near else ""
-            show(f"({name} is not a setting of {STAGE}, which ignores it{guess})", grey=True)
+            show(f"({name} is not one of {STAGE}'s settings{guess})", grey=True)
 
 def number_setting(name: str, default: int, least: int = 1) -> int:
     """A whole number from the environment, or `default` if unset; one that cannot work stops."""
