@@ -99,9 +99,10 @@ def run_turn(messages: list, user_text: str) -> None:
     try:
         agent_loop(messages)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001
-        called = [b for m in messages[start + 1:] if m["role"] == "assistant" for b in m["content"]]
+        replies = [message["content"] for message in messages[start:] if message["role"] != "user"]
+        tool_called = any(block.type == "tool_use" for reply in replies for block in reply)
         del messages[start:]
-        changed = " (files stay changed)" if any(b.type == "tool_use" for b in called) else ""
+        changed = " (files stay changed)" if tool_called else ""
         show(f"\n{describe_error(error)}. The turn was dropped{changed}.")
 
 def add_reply(messages: list, content: list) -> None:

@@ -352,6 +352,21 @@ def test_a_reply_cut_off_midway_is_shown_with_its_error_not_as_a_reply_that_ende
     assert "cut short: the reply stopped midway" in text and text.count("stopped midway") == 2
 
 
+def test_the_page_names_the_stage_that_ran_each_session(tmp_path, monkeypatch):
+    """Each transcript line names its stage, and the page shows it beside the session it ran, so
+    a transcript of s01 is not read as one of s04."""
+    import s02_tools
+
+    transcript, page = tmp_path / "wire.jsonl", tmp_path / "wire.html"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    with FakeAPI([reply("hello")]) as api:
+        monkeypatch.setattr(s02_tools, "WORKDIR", tmp_path)
+        monkeypatch.setattr(s02_tools, "client", api.client())
+        s02_tools.run_turn([], "hi")
+    view.write_page(transcript, page)
+    assert f"session {s02_tools.SESSION} s02 " in page.read_text()
+
+
 def test_the_viewer_explains_a_missing_file(tmp_path, capsys):
     """A transcript that does not exist gets one line and status 2, not a traceback."""
     assert view.main([str(tmp_path / "nowhere.jsonl")]) == 2
