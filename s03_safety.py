@@ -232,8 +232,8 @@ def safe_path(path: str) -> Path:
 # sits ($(...), pipes, subshells, if and for bodies), by its program and arguments: words, never
 # substrings, never the code given to python -c or awk (the wall's job). Heredoc bodies and
 # comments are data, as in bash; the code given to bash -c, eval or watch is parsed again. Nothing
-# is run or expanded: ~ and $HOME are the home folder by their spelling. What the parser cannot
-# read for certain is refused. Reading the tree and the words is machinery, below the marked line.
+# is run; only ~ and $HOME are expanded, and only with the wall up, which keeps the home folder in
+# memory. What the parser cannot read for certain is refused. Reading the tree is machinery.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -257,11 +257,11 @@ POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate"
          "suspend-then-hibernate", "rescue", "emergency"}  # init 0, systemctl isolate rescue.target
 DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
          "/dev/mapper/", "/dev/md", "/dev/loop")  # given to anything but a reader: refused
-DISK_READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "hexdump", "od",
-                "smartctl", "udevadm", "findmnt", "df", "readlink", "realpath"}  # they only read
+READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "tail", "xxd", "hexdump", "od",
+           "smartctl", "udevadm", "findmnt", "df", "du", "readlink", "realpath", "grep", "wc"}
+SCRIPT_OPTIONS = {"sed": {"-e", "--expression", "-f", "--file"}, "perl": {"-e", "-E"}}  # scripts
 RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
-DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/urandom", "/dev/fd/1",
-           "/dev/fd/2"}  # devices it is fine to write to
+DEVICES = re.compile(r"/dev/(null|stdout|stderr|tty|urandom|fd/[0-9]+)")  # fine to write to
 RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
 MAX_LENGTH, MAX_DEPTH = 10_000, 8  # a longer command belongs in a file; real ones nest 2 or 3 deep
 
@@ -296,7 +296,7 @@ def check_words(words: list, piped: bool, depth: int) -> str | None:
     if name in REFUSED_PROGRAMS:
         return f"{name} {REFUSED_PROGRAMS[name]}"
     disks = [arg for arg in args if arg.startswith(DISKS)]
-    if disks and name not in DISK_READERS:  # mkfs, fdisk, mkdosfs /dev/sdb1: whatever the name
+    if disks and name not in READERS:  # mkfs, fdisk, mkdosfs /dev/sdb1: whatever the name
         return f"it is given the disk {disks[0]}; only a reader (lsblk, blkid) may be given one"
     code = code_it_runs(name, args)
     if code is not None:
@@ -332,11 +332,12 @@ def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
 
 def check_arguments(name: str, args: list) -> str | None:
     """The rules for programs whose arguments decide: what they delete, change, write or stop."""
-    paths = operands(args)
+    paths = files_of(name, args)  # the operands, but for the script of sed or perl
     if name in ("rm", "shred"):  # rm -r deletes anything but what is inside the workspace
         harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive(args) else {SYSTEM, HOME}
         return check_paths("it deletes", paths, harmful)
-    if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
+    runs = {program_name(run[0]) for run in find_runs([name, *args]) if run}  # -exec's programs
+    if name == "find" and ("-delete" in args or runs - READERS):  # -exec grep: judged as grep
         after_options = args[options_end(args, 0, {"-D"}):]  # find -L / -delete
         starts = itertools.takewhile(lambda arg: arg[:1] not in "-(!", after_options)
         return check_paths("find acts on", list(starts) or ["."], {SYSTEM, HOME, OUTSIDE})
@@ -358,21 +359,21 @@ def check_arguments(name: str, args: list) -> str | None:
     return check_writes(written.get(name, []))
 
 # Where a path leads, as place(word) says from its spelling alone (machinery; links on disk are
-# the wall's business). OWN: with the wall up, IN_MEMORY's folders (rm -rf /tmp/build is fine).
-INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN = (
+# the wall's business). OWN: with the wall up, IN_MEMORY's folders and the home folder's.
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN, NETWORK = (
     "inside", "known when it runs", "outside the workspace", "the whole workspace",
-    "the home folder", "system files", "the command's own, in memory")
+    "the home folder", "system files", "the command's own, in memory", "the network")
 
 def check_paths(verb: str, paths: list, harmful: set) -> str | None:
     """Why this must not happen to these paths: the first that leads to a harmful place."""
-    harmed = [path for path in paths if place(path) in harmful]
+    harmed = [path for path in paths if place(path) in harmful | {NETWORK}]  # /dev/tcp/HOST/PORT
     if not harmed:
         return None
     where = "the agent's own folder" if in_the_agent_s_folder(harmed[0]) else place(harmed[0])
     return f"{verb} {harmed[0]}, which is {where}"
 
 def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, dd of=FILE...
-    written = [target for target in targets if os.path.normpath(target) not in DEVICES]
+    written = [target for target in targets if not DEVICES.fullmatch(os.path.normpath(target))]
     return check_paths("it writes to", written, {SYSTEM, HOME})
 
 # -- fence 4: a bash tool that cannot be wedged --------------------------------------------
@@ -971,24 +972,57 @@ def commands_in(command: str):
     if "\\\r" in command:  # the parser joins lines at \<CR><LF> too; bash keeps the <CR> in a word
         raise ValueError("bash reads a \\ before a carriage return otherwise")
     for text in dict.fromkeys([command, command.replace("\\\n", "")]):
-        source = text.encode(errors="surrogateescape")
-        stack = [(parse(source).root_node, "")]  # depth first, in a loop: no recursion to overflow
+        tree, source = parse_as_bash(text.encode(errors="surrogateescape"))
+        stack = [(tree.root_node, "", "")]  # depth first, in a loop: no recursion to overflow
         variables = {}
+        cd_goes_to_its_word = not re.search(CD_ELSEWHERE, source)
+        home_set = re.search(rb"(?<![${\w])HOME\b", source)  # HOME=x, read HOME: ~ is x then
         while stack:
-            node, function = stack.pop()
+            node, function, folder = stack.pop()  # folder: where a command runs, after a cd
             if misread(node, source):
                 spelled = node.text[:40].decode(errors="replace")
                 raise ValueError(f"bash may read {spelled!r} otherwise")
             if node.type == "variable_assignment":
                 variables.update(assignment(node))
             elif node.type == "file_redirect":
-                yield [], redirected_to(node), False, function
+                yield [], home_unchanged(redirected_to(node), home_set), False, function
             elif node.type == "command":
                 words = [part for word in words_of(node) for part in variables.get(word, [word])]
+                words = in_folder(home_unchanged(words, home_set), folder)
                 yield words, [], fed_by_a_pipe(node), function
             elif node.type == "function_definition":
                 function = word_of(node.child_by_field_name("name"))
-            stack.extend((child, function) for child in reversed(node.children))
+            children = node.children  # pushed last first: the stack gives them back in order
+            last = folder_of(node) if cd_goes_to_its_word else ""
+            stack.extend((child, function, last) for child in children[-1:])
+            stack.extend((child, function, "") for child in reversed(children[:-1]))
+
+def parse_as_bash(source: bytes) -> tuple:
+    """The tree of source, and the source it read. bash reads `[` as a command like any other, which
+    runs nothing (`[ "$a" \\< "$b" ]`); the tree reads a test there, and cannot take a < or > in
+    it. Where such a [ begins an error in the tree, it becomes `:`, which runs nothing either, and
+    the line is read again."""
+    tree = parse(source)
+    errors = [tree.root_node] if tree.root_node.has_error else []
+    brackets = []
+    while errors:
+        node = errors.pop()
+        if node.is_error:
+            brackets += [child.start_byte for child in node.children if child.type == "["]
+        errors.extend(child for child in node.children if child.has_error)
+    fixed = bytearray(source)
+    for at in brackets:
+        before, after = source[at - 1:at] if at else b" ", source[at + 1:at + 2]
+        if before in b" \t\n;&|(!" and after in (b" ", b"\t"):
+            fixed[at:at + 1] = b":"
+    return (tree, source) if fixed == source else (parse(bytes(fixed)), bytes(fixed))
+
+def home_unchanged(words: list, home_set) -> list:
+    """words, unless the line sets HOME and, with the wall up, one of them starts with ~ or $HOME:
+    place() reads those as the home folder, and bash as the new value: ValueError."""
+    if home_set and not sandbox_off() and any(re.match(r"~|\$\{?HOME\b", w) for w in words):
+        raise ValueError("it sets HOME, then names a path by ~ or $HOME")
+    return words
 
 def parse(source: bytes):
     """The tree of source, read in pieces. A bash line takes the parser about two readings of it;
@@ -1058,9 +1092,22 @@ def word_of(node) -> str:
         return text[2:-1]
     if node.type == "string_content":  # inside "...", a backslash escapes only \ " $ `
         return re.sub(r'\\([\\"$`])', r"\1", text.replace("\\\n", ""))
+    parts = [child for child in node.children if child.type != '"']
+    if node.type == "string" and [part.type for part in parts] == ["command_substitution"]:
+        return program_named(parts[0])  # "$(command -v python3)" is python3
     if node.type in ("string", "concatenation", "command_name"):
-        return "".join(word_of(child) for child in node.children if child.type != '"')
+        return "".join(word_of(part) for part in parts)
     return text  # $X, ${X}, $((1+2)), {a,b}: as written
+
+def program_named(substitution) -> str:
+    """NAME for $(command -v NAME) or $(which NAME) in quotes, where it is one word and, if NAME
+    is not found, an empty one that runs nothing (unquoted, the next word would run); else
+    RUN_TIME."""
+    inside = substitution.named_children
+    alone = len(inside) == 1 and inside[0].type == "command"
+    words = words_of(inside[0]) if alone else []
+    named = words[:-1] in (["command", "-v"], ["which"]) and words[-1][:1] not in ("-", "")
+    return words[-1] if named else RUN_TIME
 
 def assignment(node) -> dict:
     """$NAME and ${NAME} -> the words of NAME's literal value, for NAME=value on a line of its own
@@ -1089,9 +1136,44 @@ def redirected_to(redirect) -> list:
     writes = b">" in b"".join(operators) and to_a_file
     return [word_of(destination)] if writes and word_of(destination) != "-" else []
 
+CD_ELSEWHERE = rb"CDPATH|trap|alias|function|\(\s*\)"  # then cd DIR may not go to DIR
+CHANGES_FOLDER = {"cd", "pushd", "popd", "eval", "source", ".", "builtin", "command"}
+
+def folder_of(chain) -> str:
+    """Where the last command of a chain of &&s runs, as a path in the workspace: in `cd DIR && a
+    && b` (which the tree nests to the left; read MAX_DEPTH deep), b runs in DIR if DIR is a
+    folder of the workspace and a cannot change the folder; else "", the workspace, as elsewhere."""
+    if chain.type != "list" or chain.children[-1].type != "command":
+        return ""
+    for _ in range(MAX_DEPTH):
+        first = chain.children[0]
+        if chain.children[1].type != "&&" or first.type not in ("list", "command"):
+            return ""
+        command = first.children[-1] if first.type == "list" else first
+        name = command.child_by_field_name("name") if command.type == "command" else None
+        program = word_of(name) if name else ""
+        if first.type == "command":
+            into = [word_of(arg) for arg in first.children_by_field_name("argument")]
+            plain = program == "cd" and len(into) == 1 and into[0][:1] not in ("-", "$", "")
+            folder = os.path.normpath(into[0]) if plain else ""
+            return folder if folder and place(folder) == INSIDE else ""
+        if not program or program in CHANGES_FOLDER or "$" in program:
+            return ""
+        chain = first
+    return ""
+
+def in_folder(words: list, folder: str) -> list:
+    """The words of a command run in folder: a relative glob (*, ./*, *.o) is folder's."""
+    if not folder:
+        return words
+    globs = [word for word in words[1:] if set(word) & set("*?[") and word[:1] not in "/~$-"]
+    return words[:1] + [os.path.join(folder, word) if word in globs else word for word in words[1:]]
+
 def unwrap(words: list) -> list:
     """The command a runner runs (RUNNERS): nice -n 5 make is make. env -S STRING splits STRING as
-    a shell would, so it is judged as eval's code is."""
+    a shell would, so it is judged as eval's code is. The tree does not know a group after `time`
+    or `coproc NAME`: it reads `time { make; }` as the commands `time { make` and `}`, which are
+    make and nothing."""
     start = 0
     while start < len(words) and program_name(words[start]) in RUNNERS:
         name = program_name(words[start])
@@ -1100,17 +1182,29 @@ def unwrap(words: list) -> list:
         if name == "env" and "-S" in words[start + 1:end]:  # env -S 'rm -rf /'
             return ["eval", *words[words.index("-S", start) + 1:]]
         start = end + before
-    return words[start:]
+        if name == "coproc" and words[start + 1:start + 2] == ["{"]:  # coproc NAME { make; }
+            start += 1
+        if name in ("time", "coproc") and words[start:start + 1] == ["{"]:
+            start += 1
+    return words[start:] if words != ["}"] else []
 
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
                "srv", "sys", "usr", "var", "Users", "System", "Library"}
 
 def place(word: str) -> str:
-    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3)."""
+    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3).
+    ~ and $HOME are the home folder: with the wall up, it is in memory, and where it is counts."""
+    home = re.match(r"(~|\$HOME\b|\$\{HOME\})(?=/|$)", word)  # not ~user: another user's home
+    in_memory = IN_MEMORY
     if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
-        return HOME
+        if not home or sandbox_off() or not Path.home().is_absolute():
+            return HOME
+        in_memory = [*IN_MEMORY, os.path.realpath(Path.home())]  # as the wall, where it leads
+        word = in_memory[-1] + word[home.end():]
     if word.startswith("$") or RUN_TIME in word:
         return UNKNOWN
+    if re.match(r"/dev/(tcp|udp)/", os.path.normpath(word)):  # bash connects: > /dev/tcp/HOST/PORT
+        return NETWORK
     last = word.rstrip("/").rsplit("/", 1)[-1]
     folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
     workspace = os.path.normpath(WORKDIR)
@@ -1119,10 +1213,12 @@ def place(word: str) -> str:
         return WORKSPACE
     if path.startswith(workspace + "/"):
         return INSIDE
-    own = any(path == folder or path.startswith(folder + "/") for folder in IN_MEMORY)
-    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, say
+    own = any(path == folder or path.startswith(folder + "/") for folder in in_memory)
+    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, or in ~
     if own and not sandbox_off() and not holds_the_workspace:
-        return OWN  # the wall's /tmp, gone when the command ends
+        return OWN  # the wall's /tmp, or home folder: gone when the command ends
+    if home and own:
+        return HOME
     return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 def options_end(args: list, start: int, takes_value: set) -> int:
@@ -1152,6 +1248,13 @@ def operands(args: list) -> list:
     """The arguments that are not options (-rf, --force); after `--`, all of them."""
     cut = args.index("--") if "--" in args else len(args)
     return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
+
+def files_of(name: str, args: list) -> list:
+    """The operands, but for the script of a program of SCRIPT_OPTIONS: the value of an option
+    (sed -e SCRIPT FILE), or else the first operand (sed SCRIPT FILE)."""
+    given = {i + 1 for i, arg in enumerate(args) if arg in SCRIPT_OPTIONS.get(name, ())}
+    files = operands([arg for i, arg in enumerate(args) if i not in given])
+    return files[1:] if name in SCRIPT_OPTIONS and not given else files
 
 def program_name(word: str) -> str:
     return word.rsplit("/", 1)[-1].lower()

@@ -100,11 +100,13 @@ def workspace(tmp_path, monkeypatch):
 
 @pytest.fixture
 def project(monkeypatch):
-    """For the filter, which reads spellings only: a workspace where projects live, /work/project
-    (nothing on disk), not under /tmp, whose neighbours the wall keeps in memory."""
+    """For the filter, which reads spellings only: a workspace where projects live in the home
+    folder, ~/projects/app (nothing on disk: /work/me/projects/app), not under /tmp. With the wall
+    up the home folder is in memory, but for ~ and ~/projects, which hold the workspace."""
+    monkeypatch.setenv("HOME", "/work/me")
     for name in STAGE_NAMES:
-        monkeypatch.setattr(importlib.import_module(name), "WORKDIR", Path("/work/project"))
-    return Path("/work/project")
+        monkeypatch.setattr(importlib.import_module(name), "WORKDIR", Path("/work/me/projects/app"))
+    return Path("/work/me/projects/app")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ COMMANDS = json.loads((CORPUS / "commands.json").read_text())
 PATHS = json.loads((CORPUS / "paths.json").read_text())
 SAFE_STAGES = stages_from("s03_safety")
 # What notes/s03_safety.md says about the tiers no filter can get fully right: (judged as expected, cases).
-SCORES_IN_THE_NOTE = {"evasion": (32, 37), "obfuscated": (0, 5), "debatable": (9, 11)}
+SCORES_IN_THE_NOTE = {"evasion": (30, 37), "obfuscated": (0, 5), "debatable": (9, 11)}
 
 
 def verdict(stage, command: str) -> str:
@@ -39,9 +39,11 @@ def test_corpus_core_commands_are_all_judged_as_expected(stage, case, project):
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, project):
+def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, project, monkeypatch):
     """The evasion, obfuscated and debatable tiers are reported, not chased (the wall stops them): if
-    the filter changes what it catches there, update SCORES_IN_THE_NOTE and notes/s03_safety.md."""
+    the filter changes what it catches there, update SCORES_IN_THE_NOTE and notes/s03_safety.md.
+    The scores are those of the filter in front of the wall, on a machine without bubblewrap too."""
+    monkeypatch.setenv("SANDBOX", "")
     assert {tier: scores(stage)[tier] for tier in SCORES_IN_THE_NOTE} == SCORES_IN_THE_NOTE
 
 
