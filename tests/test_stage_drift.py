@@ -71,7 +71,7 @@ def test_no_stage_imports_another(stage):
     assert not imported & set(STAGE_NAMES)
 
 
-FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "dispatch", "s03_safety": "walled",
+FIRST_FUNCTION = {"s01_loop": "agent_loop", "s02_tools": "dispatch", "s03_safety": "safe_path",
                   "s04_subagent": "run_subagent"}
 
 
