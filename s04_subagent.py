@@ -294,13 +294,16 @@ def check_door(file: Path, writing: bool) -> None:
         raise PermissionError("the history is the user's: git runs what a repository holds")
     if names & RUN_BY_TOOLS:
         raise PermissionError("other tools run it on their own (git, editors, shells)")
-    if any(file.is_relative_to(own) for own in [HERE, *pythons()]):
-        raise PermissionError("it is the agent's own code or its Python, which run outside")
+    for own in [HERE, *pythons()]:  # not when the workspace is inside it (play/, by main)
+        if file.is_relative_to(own) and not workspace.is_relative_to(own):
+            raise PermissionError("it is the agent's own code or its Python, which run outside")
 
 def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
     drives) keeps keys; .env.example is meant to be shared."""
     return name.lower().startswith(".env") and name.lower() != ".env.example"
+
+GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
 def in_a_repository(file: Path, workspace: Path) -> bool:
     """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it), as a
@@ -308,7 +311,7 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
     for folder in [file, *file.parents]:
         if folder == workspace:
             return False
-        if all(os.path.lexists(folder / name) for name in ("HEAD", "objects", "refs")):
+        if all(os.path.lexists(folder / name) for name in GIT_MADE):
             return True
     return False
 
@@ -491,7 +494,8 @@ def run_bash(command: str) -> str:
         remove_layer(layer)
     output = cap(data.decode(errors="replace"))
     if stopped:
-        output += f"\n(stopped: {stopped}; the command and everything it started were killed)"
+        output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
+        output += " changed is kept)"
     elif code:
         output += f"\n(exit code {code})"
     if met and (group or stopped or code):  # a count, or a failure's own error
@@ -609,7 +613,8 @@ def apply_changes(upper: Path) -> list:
     folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
     while folders:
         folder = folders.pop()
-        changes = list(os.scandir(upper / folder))
+        # What makes a folder a repository comes first: the door then sees one a command made.
+        changes = sorted(os.scandir(upper / folder), key=lambda change: change.name not in GIT_MADE)
         if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
             gone = set(os.listdir(WORKDIR.resolve() / folder)) - {change.name for change in changes}
             not_kept += [kept for name in sorted(gone) for kept in delete(folder / name)]
@@ -1081,6 +1086,8 @@ def layers_folder() -> Path | None:
     keep a layer on every file system (not on NFS, or on the overlay of a container)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     for folder in [cache, Path(tempfile.gettempdir()), Path("/dev/shm")]:
+        if folder.resolve().is_relative_to(WORKDIR.resolve()):  # overlayfs refuses a layer in itself
+            continue
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             folder.mkdir(parents=True, exist_ok=True)
             if layer_problem(folder) is None:

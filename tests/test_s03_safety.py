@@ -1054,12 +1054,14 @@ def test_shared_memory_outside_the_wall_is_out_of_reach(stage, scripted):
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_git_cannot_be_renamed_away(stage, scripted, workspace):
-    """Renaming .git, then building a new one with a hook in it, would get a hook past a read-only
-    .git/hooks. The whole .git is a mount, and a mount cannot be renamed: the repository stays."""
-    (workspace / ".git" / "hooks").mkdir(parents=True)
+    """Renaming .git, then building a new one with a hook in it, would get a hook past the door.
+    The door judges every path a change touches: deleting .git's files is refused, so the repository
+    stays, and the copy `mv` made keeps what makes it a repository but nothing git would run."""
+    make_repository(workspace / ".git")
     command = "mv .git moved; mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit"
-    call_tool(stage, scripted, "bash", command=command)
-    assert not (workspace / "moved").exists() and not (workspace / ".git/hooks/pre-commit").exists()
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert (workspace / ".git" / "HEAD").exists() and not (workspace / ".git/hooks/pre-commit").exists()
+    assert not (workspace / "moved" / "hooks").exists() and "not kept" in content
 
 
 @needs_the_wall
@@ -1079,13 +1081,40 @@ def test_nothing_in_a_git_folder_can_be_written(stage, scripted, workspace):
     assert changed == [workspace / "fine.txt"]
 
 
+def make_repository(folder: Path) -> None:
+    """What git looks for to take a folder as a repository, and a hooks folder."""
+    for name in ("objects", "refs", "hooks"):
+        (folder / name).mkdir(parents=True)
+    (folder / "HEAD").write_text("ref: refs/heads/main\n")
+
+
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_a_new_repository_keeps_its_own_hooks(stage, scripted, workspace):
-    """`git init` inside the wall still works: a repository the command creates keeps its .git/hooks
-    and .git/config for that command (the wall's heading says what that leaves to the user)."""
-    call_tool(stage, scripted, "bash", command="mkdir -p .git/hooks && echo '[core]' > .git/config")
-    assert (workspace / ".git/config").exists()
+@pytest.mark.parametrize("command", ["mkdir -p sub/.git/hooks && echo '[core]' > sub/.git/config",
+                                     "mkdir -p bare/objects bare/refs && echo ref > bare/HEAD && "
+                                     "echo '[core]' > bare/config"])
+def test_a_repository_a_command_makes_is_not_kept_and_the_result_says_so(stage, scripted, workspace,
+                                                                         command):
+    """A repository's config can name a program git runs at the user's next `git status`
+    (core.fsmonitor). A repository a command makes, as .git or bare under any name, keeps nothing
+    git would run; the rest of the command's work is kept, and the model reads what was not."""
+    content = call_tool(stage, scripted, "bash", command=f"{command}; echo done > plain.txt")["content"]
+    assert not list(workspace.rglob("config")) and (workspace / "plain.txt").exists()
+    assert "not kept" in content
+
+
+@needs_the_wall
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_that_commits_learns_the_commit_was_not_kept(stage, scripted, workspace):
+    """`git commit` inside the wall works on the layer, but the history is the user's: the commit
+    does not come back into the workspace, and the tool result says so, so the model can tell the
+    user instead of claiming it committed."""
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    command = "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m x && echo committed"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    log = subprocess.run(["git", "-C", str(workspace), "log"], capture_output=True, text=True)
+    assert "committed" in content and "not kept: .git" in content and log.returncode != 0
 
 
 @needs_the_wall
@@ -1093,17 +1122,19 @@ def test_a_new_repository_keeps_its_own_hooks(stage, scripted, workspace):
 def test_a_repository_kept_apart_from_its_pointer_is_read_only(stage, scripted, workspace):
     """A .git may be a file that points elsewhere (`gitdir: ...`): git init --separate-git-dir
     writes one, and so does a worktree, whose repository shares hooks and config with the main
-    one through `commondir`. What it points to is read-only, for commands and file tools alike."""
+    one through `commondir`. What it points to is a repository (HEAD, objects, refs): the door
+    refuses every write in one, from commands and file tools alike."""
     (workspace / "app").mkdir()
     (workspace / "app" / ".git").write_text("gitdir: ../.app-git\n")  # --separate-git-dir
-    (workspace / ".app-git" / "hooks").mkdir(parents=True)
+    make_repository(workspace / ".app-git")
     main = workspace / "project.git"  # a bare repository, with a worktree in tree/
-    (main / "hooks").mkdir(parents=True)
+    make_repository(main)
     (main / "worktrees" / "tree").mkdir(parents=True)
     (main / "worktrees" / "tree" / "commondir").write_text("../..\n")
     (workspace / "tree").mkdir()
     (workspace / "tree" / ".git").write_text(f"gitdir: {main / 'worktrees' / 'tree'}\n")
-    names = [".app-git/hooks/pre-commit", "project.git/hooks/pre-commit", "project.git/config"]
+    names = [".app-git/hooks/pre-commit", "project.git/hooks/pre-commit", "project.git/config",
+             "project.git/worktrees/tree/commondir"]
     for name in names:
         (workspace / name).write_text("as it was\n")
     command = "; ".join(f"echo 'touch pwned' >> {name}" for name in names)
@@ -1116,8 +1147,8 @@ def test_a_repository_kept_apart_from_its_pointer_is_read_only(stage, scripted, 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_file_tools_do_not_write_through_a_git_that_is_a_link(stage, scripted, workspace):
     """safe_path follows links, so `.git/hooks/pre-commit` through a .git that links to the real
-    folder names a file in that folder: the file tools refuse it all the same."""
-    (workspace / "repository" / "hooks").mkdir(parents=True)
+    folder names a file in that folder: the door sees a repository there and refuses it all the same."""
+    make_repository(workspace / "repository")
     (workspace / ".git").symlink_to(workspace / "repository")
     result = call_tool(stage, scripted, "write_file", path=".git/hooks/pre-commit", content="touch pwned")
     assert result["is_error"] and not (workspace / "repository" / "hooks" / "pre-commit").exists()
@@ -1127,18 +1158,19 @@ def test_the_file_tools_do_not_write_through_a_git_that_is_a_link(stage, scripte
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_no_file_can_be_made_setuid_inside_the_wall(stage, scripted, workspace):
     """A setuid file runs as its owner (root, for an agent run as root) whoever starts it, outside
-    the wall too. The wall's seccomp filter refuses such modes: chmod fails, and so does creating
-    a file with one. Here the file is a harmless text file, and it is removed at the end."""
+    the wall too. A command may set the bits on its layer's copy; the change comes back with the
+    file's mode but never setuid, setgid or sticky. Here the file is a harmless text file."""
     (workspace / "plain.txt").write_text("harmless")
     code = "import os; os.open('made.txt', os.O_CREAT | os.O_WRONLY, 0o4755)"
     command = f"chmod 4755 plain.txt; chmod g+s plain.txt; python3 -c {shlex.quote(code)}"
     try:
         call_tool(stage, scripted, "bash", command=command)
         special = [file.name for file in workspace.iterdir() if file.stat().st_mode & 0o6000]
+        modes = {file.name: file.stat().st_mode & 0o777 for file in workspace.iterdir()}
     finally:  # setuid or setgid (0o6000) never stays behind, even when the test fails
         for file in workspace.iterdir():
             file.unlink()
-    assert special == []
+    assert special == [] and modes["plain.txt"] == 0o755
 
 
 def run_agent_in_its_own_folder(stage, tmp_path, command: str) -> subprocess.CompletedProcess:
@@ -1219,12 +1251,12 @@ def test_started_in_its_own_folder_the_agent_writes_in_play_with_every_tool(stag
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_the_python_the_stage_runs_on_is_read_only_inside_the_wall(stage, scripted, workspace, monkeypatch):
     """A virtual environment in the workspace runs its .pth files at every start of the stage, outside
-    the wall: when the stage runs on it, commands cannot change it."""
+    the wall: when the stage runs on it, what a command writes there is not kept, and the result says so."""
     venv = workspace / ".venv" / "lib"
     venv.mkdir(parents=True)
     monkeypatch.setattr(sys, "prefix", str(workspace / ".venv"))
     content = call_tool(stage, scripted, "bash", command="echo 'import os' > .venv/lib/evil.pth")["content"]
-    assert "Read-only file system" in content and not (venv / "evil.pth").exists()
+    assert ".venv/lib/evil.pth" in content and not (venv / "evil.pth").exists()
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
@@ -1280,9 +1312,9 @@ for _ in range(count):
 os.close(ready[1])
 while os.read(ready[0], 64):  # until each child has said so, or died
     pass
-if len(sys.argv) > 3:  # hold until the test says: through FIFOs it opens too
-    release = os.open("release", os.O_RDWR)  # open before saying so: the word cannot be missed
-    open("holding", "w").close()
+if len(sys.argv) > 3:  # hold until the test says: through FIFOs in the folder argv[3] names
+    release = os.open(os.path.join(sys.argv[3], "release"), os.O_RDWR)  # the word cannot be missed
+    open(os.path.join(sys.argv[3], "holding"), "w").close()
     os.read(release, 1)
 os.close(word[1])  # the word: the children end
 ended = [os.wait()[1] for _ in range(count)]  # 0 for a child that lived to the end
@@ -1310,27 +1342,32 @@ def test_the_memory_limit_holds_for_several_processes_together(stage, scripted, 
 def test_a_command_s_processes_do_not_count_against_another_command(stage, scripted, workspace, monkeypatch):
     """Two agents (or two test runs) on one machine run commands at the same time. One command holds
     25 processes while a second starts 25 more: each has MAX_PROCESSES (here 40) of its own, so the
-    second is not cut short. FIFOs tell when the first holds its processes: no waiting on time."""
+    second is not cut short. FIFOs tell when the first holds its processes: no waiting on time. They
+    are in a folder on PATH, which the wall shows as it is (a FIFO in the workspace's layer is the
+    layer's own: it reaches no one outside)."""
     monkeypatch.setattr(stage, "MAX_PROCESSES", 40)
     (workspace / "holders.py").write_text(HOLDERS)
-    os.mkfifo(workspace / "holding")
-    os.mkfifo(workspace / "release")
+    signals = workspace.parent / f"signals-{workspace.name}"
+    signals.mkdir()
+    monkeypatch.setenv("PATH", f"{signals}{os.pathsep}{os.environ['PATH']}")
+    os.mkfifo(signals / "holding")
+    os.mkfifo(signals / "release")
     first = []
 
     def run_first():
-        first.append(stage.run_bash("python3 holders.py 25 1 hold"))
+        first.append(stage.run_bash(f"python3 holders.py 25 1 {signals}"))
         with contextlib.suppress(OSError):  # the test still waits to hear it holds: it never will
-            os.close(os.open(workspace / "holding", os.O_WRONLY | os.O_NONBLOCK))
+            os.close(os.open(signals / "holding", os.O_WRONLY | os.O_NONBLOCK))
 
     holder = threading.Thread(target=run_first)
     holder.start()
     try:
-        with open(workspace / "holding") as holding:  # once the first command holds its 25
+        with open(signals / "holding") as holding:  # once the first command holds its 25
             holding.read()
         second = call_tool(stage, scripted, "bash", command="python3 holders.py 25 1")["content"]
     finally:
         with contextlib.suppress(OSError):  # the first command ended already: no one to tell
-            release = os.open(workspace / "release", os.O_WRONLY | os.O_NONBLOCK)
+            release = os.open(signals / "release", os.O_WRONLY | os.O_NONBLOCK)
             os.write(release, b"x")
             os.close(release)
         holder.join()
@@ -1395,25 +1432,6 @@ def test_a_file_with_more_than_one_link_cannot_be_changed_through_the_workspace(
     os.link(cache / "six.py", workspace / "site-packages" / "six.py")
     call_tool(stage, scripted, "bash", command="echo 'import os' >> site-packages/six.py; echo ok > mine.txt")
     assert (cache / "six.py").read_text() == "as it was\n" and (workspace / "mine.txt").exists()
-
-
-@needs_the_wall
-@pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_many_linked_files_are_kept_read_only_through_their_folder(stage, scripted, workspace):
-    """Each mount makes bubblewrap slower to start than the one before. Past MOST_MOUNTS linked
-    files, the wall makes their folders read-only instead, deepest first: here vendor/ as a whole.
-    Every linked file stays unchanged, and what lies beside vendor/ stays writable."""
-    cache = workspace.parent / f"cache-{workspace.name}"
-    cache.mkdir()
-    count = stage.MOST_MOUNTS + 1
-    for number in range(count):
-        (cache / f"m{number}.py").write_text("as it was\n")
-        (workspace / "vendor" / f"package{number}").mkdir(parents=True)
-        os.link(cache / f"m{number}.py", workspace / "vendor" / f"package{number}" / "m.py")
-    command = "for file in vendor/*/m.py; do echo 'import os' >> $file; done; echo ok > mine.txt"
-    call_tool(stage, scripted, "bash", command=command)
-    changed = [file for file in cache.iterdir() if file.read_text() != "as it was\n"]
-    assert changed == [] and (workspace / "mine.txt").exists()
 
 
 @needs_the_wall
@@ -1679,18 +1697,20 @@ RUN_BY_TOOLS = [".vscode/tasks.json", ".idea/workspace.xml", ".gitmodules", ".gi
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_what_other_tools_run_on_their_own_is_read_only_where_it_exists(stage, scripted, workspace):
+def test_what_other_tools_run_on_their_own_is_never_written(stage, scripted, workspace):
     """An editor runs .vscode/tasks.json, git reads .gitmodules, a shell its start-up files, with
-    no command of the user's. Where they exist in the workspace they are read-only, to commands
-    and file tools alike. A new one is not prevented (it shows in git status): .vscode/ in new/."""
+    no command of the user's. The door refuses them to commands and file tools alike, where they
+    exist and where a command makes a new one (.vscode/ in new/), or renames the old one away."""
     for name in RUN_BY_TOOLS:
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text("as it was\n")
     command = "; ".join(f"echo 'touch pwned' >> {name}" for name in RUN_BY_TOOLS)
-    call_tool(stage, scripted, "bash", command=f"{command}; mkdir -p new/.vscode && echo x > new/.vscode/tasks.json")
+    command += "; mkdir -p new/.vscode && echo x > new/.vscode/tasks.json"
+    command += "; mv .vscode old && mkdir .vscode && echo x > .vscode/tasks.json"
+    call_tool(stage, scripted, "bash", command=command)
     refused = [call_tool(stage, scripted, "write_file", path=name, content="x")["is_error"] for name in RUN_BY_TOOLS]
     assert [(workspace / name).read_text() for name in RUN_BY_TOOLS] == ["as it was\n"] * len(RUN_BY_TOOLS)
-    assert all(refused) and (workspace / "new" / ".vscode" / "tasks.json").exists()
+    assert all(refused) and not (workspace / "new" / ".vscode").exists()
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
@@ -1981,3 +2001,193 @@ def test_what_a_command_keeps_in_memory_folders_counts_against_its_cgroup(stage,
                "python3 -c 'data = b\"x\" * 50 * 2**20; print(\"held\")'")
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert "held" not in content and "64 MiB" in content, content
+
+
+# -- the layer: a command changes a layer of its own, and each change comes back through the door --
+
+
+def linked_outside(workspace: Path, name: str) -> Path:
+    """A file of the workspace with a second name outside it (as uv and pnpm link from a cache);
+    returns the outside name, which holds "as it was"."""
+    outside = workspace.parent / f"cache-{workspace.name}"
+    outside.mkdir(exist_ok=True)
+    (outside / name).write_text("as it was\n")
+    os.link(outside / name, workspace / name)
+    return outside / name
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_only_what_the_door_allows_comes_back_and_the_result_names_the_rest(stage, scripted, workspace):
+    """One command writes into .git/hooks, .vscode/, a file hard-linked to one outside, and a plain
+    file. The plain file and the linked one land: the linked file is replaced by rename, so its other
+    name outside keeps the old content. The hook and the editor's task do not, and the result names
+    them with the door's reason."""
+    make_repository(workspace / ".git")
+    (workspace / ".vscode").mkdir()
+    outside = linked_outside(workspace, "six.py")
+    command = ("echo hook > .git/hooks/pre-commit; echo task > .vscode/tasks.json; "
+               "echo changed > six.py; echo mine > plain.txt")
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert (workspace / "plain.txt").read_text() == "mine\n"
+    assert (workspace / "six.py").read_text() == "changed\n" and outside.read_text() == "as it was\n"
+    assert not (workspace / ".git/hooks/pre-commit").exists() and not (workspace / ".vscode/tasks.json").exists()
+    assert ".git/hooks/pre-commit" in content and ".vscode/tasks.json" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_deleting_or_renaming_a_linked_file_leaves_its_other_name_alone(stage, scripted, workspace):
+    """Deleting a name removes that name only; renaming it moves the name: the file's other name,
+    outside the workspace, keeps its content either way."""
+    first, second = linked_outside(workspace, "a.py"), linked_outside(workspace, "b.py")
+    call_tool(stage, scripted, "bash", command="rm a.py; mv b.py renamed.py")
+    assert not (workspace / "a.py").exists() and (workspace / "renamed.py").read_text() == "as it was\n"
+    assert first.read_text() == second.read_text() == "as it was\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_deleted_and_made_again_holds_only_its_new_files(stage, scripted, workspace):
+    """overlayfs marks a folder deleted and made again as opaque: what was in it before is gone.
+    Applying it deletes the old files, and keeps the new ones."""
+    (workspace / "build").mkdir()
+    (workspace / "build" / "old.o").write_text("old")
+    call_tool(stage, scripted, "bash", command="rm -r build && mkdir build && echo new > build/new.o")
+    assert sorted(path.name for path in (workspace / "build").iterdir()) == ["new.o"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_folder_of_thousands_of_files_can_be_moved(stage, scripted, workspace):
+    """Inside the layer, `mv` of a folder copies it and deletes the old one (overlayfs cannot rename
+    a folder of the real workspace). All 3,000 files arrive under the new name, and the old is gone."""
+    (workspace / "src").mkdir()
+    for number in range(3000):
+        (workspace / "src" / f"m{number}.py").write_text(f"x = {number}\n")
+    call_tool(stage, scripted, "bash", command="mv src lib")
+    moved = list((workspace / "lib").iterdir())
+    assert not (workspace / "src").exists() and len(moved) == 3000
+    assert (workspace / "lib" / "m2999.py").read_text() == "x = 2999\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_what_a_command_changed_before_it_timed_out_is_kept_and_the_result_says_so(stage, scripted,
+                                                                                   workspace, monkeypatch):
+    """A command stopped by the timeout (or a limit) did part of its work, as it would outside a
+    wall: what it changed until then is kept, and the result says so."""
+    monkeypatch.setattr(stage, "BASH_TIMEOUT", 1)
+    result = call_tool(stage, scripted, "bash", command="echo begun > begun.txt; exec sleep 60")
+    assert result["is_error"] and "kept" in result["content"]
+    assert (workspace / "begun.txt").read_text() == "begun\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_fifo_or_a_device_a_command_makes_is_not_kept(stage, scripted, workspace):
+    """A FIFO in the workspace could hang whatever opens it later (an editor, a test run); the
+    kernel lets a command make no device but a whiteout (0/0), which reads as a deletion. Neither
+    comes back into the workspace, and the result names the FIFO."""
+    command = "mkfifo pipe.fifo; mknod disk b 8 0; mknod null c 1 3; echo ok > plain.txt"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert sorted(path.name for path in workspace.iterdir()) == ["plain.txt"]
+    assert "pipe.fifo" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_whiteout_a_command_makes_is_judged_as_a_deletion(stage, scripted, workspace):
+    """A command can make a character device 0/0, the mark overlayfs leaves for a deleted file.
+    Over a plain file it is a deletion, kept; over .git's HEAD it is a deletion the door refuses."""
+    make_repository(workspace / ".git")
+    (workspace / "plain.txt").write_text("x")
+    call_tool(stage, scripted, "bash", command="rm plain.txt .git/HEAD; mknod plain.txt c 0 0; "
+                                                "mknod .git/HEAD c 0 0")
+    assert not (workspace / "plain.txt").exists() and (workspace / ".git" / "HEAD").is_file()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_fifo_in_the_workspace_reaches_no_reader_outside(stage, scripted, workspace):
+    """A FIFO of the real workspace is another FIFO inside the layer: what a command writes to it
+    reaches no program outside that reads it (a FIFO in a folder on PATH still would: the note says so)."""
+    os.mkfifo(workspace / "ctl.fifo")
+    reader = os.open(workspace / "ctl.fifo", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        call_tool(stage, scripted, "bash", command="timeout 1 sh -c 'echo hi > ctl.fifo'")
+        with contextlib.suppress(BlockingIOError):
+            heard = os.read(reader, 10)
+    finally:
+        os.close(reader)
+    assert heard == b""
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_link_loop_a_command_makes_stops_nothing_later(stage, scripted, workspace):
+    """`ln -s .env .env` or a loop under any name: what the workspace holds may not stop the
+    agent. The door keeps the .env link out; later commands and file tools work as before."""
+    (workspace / "notes.txt").write_text("still here")
+    call_tool(stage, scripted, "bash", command="rm -f .env; ln -s .env .env; ln -s loop loop")
+    content = call_tool(stage, scripted, "bash", command="cat notes.txt")["content"]
+    read = call_tool(stage, scripted, "read_file", path="notes.txt")
+    assert content == "still here" and read["content"] == "still here"
+    assert not (workspace / ".env").is_symlink()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_reads_what_the_one_before_wrote(stage, scripted, workspace):
+    """Each command has a layer of its own, but the last one's changes are in the workspace when
+    the next one starts: state carries over from command to command."""
+    call_tool(stage, scripted, "bash", command="mkdir -p out && echo 42 > out/answer")
+    content = call_tool(stage, scripted, "bash", command="cat out/answer")["content"]
+    assert content == "42\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_file_that_meets_the_size_limit_is_named_in_the_result(stage, scripted, workspace, monkeypatch):
+    """`head -c 1100M /dev/zero > big` stops at MAX_FILE: the result names the limit it met (here
+    1 MiB), so the model does not take a cut file for a whole one."""
+    monkeypatch.setattr(stage, "MAX_FILE", 2**20)
+    content = call_tool(stage, scripted, "bash", command="head -c 3M /dev/zero > big")["content"]
+    assert "1 MiB" in content and (workspace / "big").stat().st_size <= 2**20
+
+
+@needs_the_wall
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small file system for the layers needs root to mount")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_that_fills_the_layers_folder_fails_and_the_next_one_runs(stage, scripted, workspace,
+                                                                          monkeypatch):
+    """The layers live in the user's cache folder. A command that fills its file system meets a full
+    disk, as it would without a wall; what it wrote is kept, and the next command runs."""
+    small = workspace.parent / f"small-{workspace.name}"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(small))
+    stage.layers_folder.cache_clear()
+    try:
+        full = call_tool(stage, scripted, "bash", command="head -c 4M /dev/zero > big")["content"]
+        after = call_tool(stage, scripted, "bash", command="echo next")["content"]
+    finally:
+        stage.layers_folder.cache_clear()
+        subprocess.run(["umount", str(small)], check=False)
+    assert "No space left" in full and (workspace / "big").exists() and after == "next\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_started_in_the_home_folder_the_agent_keeps_its_layers_elsewhere(stage, scripted, workspace,
+                                                                         monkeypatch):
+    """overlayfs cannot keep a layer of the workspace inside the workspace. Started in the home
+    folder, whose ~/.cache would be such a place, the agent keeps its layers in the temp folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(workspace / ".cache"))
+    stage.layers_folder.cache_clear()
+    try:
+        content = call_tool(stage, scripted, "bash", command="echo ran > out.txt; echo ran")["content"]
+    finally:
+        stage.layers_folder.cache_clear()
+    assert content == "ran\n" and (workspace / "out.txt").exists()
+
