@@ -328,21 +328,7 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
-RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
-    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
-    "nice": ({"-n", "--adjustment"}, 0),
-    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),  # timeout 5 CMD
-    "time": ({"-f", "-o"}, 0),
-    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0),
-    "exec": ({"-a"}, 0),
-    "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
-    "stdbuf": ({"-i", "-o", "-e"}, 0),
-    "ionice": ({"-c", "-n"}, 0),
-    "chroot": (set(), 1),  # chroot DIR CMD
-    **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
-INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
-INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
 POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
          "suspend-then-hibernate", "rescue", "emergency"}  # init 0, systemctl isolate rescue.target
 DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
@@ -397,28 +383,6 @@ def check_words(words: list, piped: bool, depth: int) -> str | None:
         return check_arguments(name, args)
     reasons = [(other, check_arguments(other, args)) for other in RULED]  # $X -rf /: as rm
     return next((f"if {program} is {other}, {why}" for other, why in reasons if why), None)
-
-def code_it_runs(name: str, args: list) -> str | None:
-    """The code a program gives to a shell: bash -c CODE, eval CODE, trap CODE SIGNAL, watch CMD."""
-    dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
-    if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
-        return " ".join(operands(args[dash_c[0] + 1:])[:1])
-    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
-        return " ".join(operands(args))
-    if name == "watch":  # watch -n 5 'make test': its words go to sh -c
-        return " ".join(args[options_end(args, 0, {"-n", "--interval"}):])
-    return None
-
-def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
-    """A shell given no script (bash, bash -s, sh -), or an interpreter fed by a pipe with no script
-    and no inline code (curl x | python3): code nobody has read comes from its input."""
-    script = operands(args)[:1]
-    from_input = not script or script[0] in ("-", "/dev/stdin")
-    if name in SHELLS:
-        options = args[:args.index(script[0])] if script else args  # bash x.sh -s: x.sh's own
-        return (from_input or "-s" in options) and not {"--version", "--help"} & set(args)
-    inline = any(arg.startswith(INLINE_CODE) for arg in args)
-    return piped and name.rstrip("0123456789.") in INTERPRETERS and from_input and not inline
 
 def check_arguments(name: str, args: list) -> str | None:
     """The rules for programs whose arguments decide: what they delete, change, write or stop."""
@@ -505,23 +469,6 @@ def run_bash(command: str) -> str:
         raise TimeoutError(output.strip())
     return output or "(no output)"
 
-def run_process(argv: list, fds: list) -> tuple:
-    """Run argv in a process group of its own, passing it the files `fds`; return its output, why
-    it was stopped (or None) and its exit code. Whatever happens, nothing it started lives on."""
-    process = None
-    try:
-        process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True, pass_fds=fds)
-        data, stopped = read_output(process)
-    finally:  # kill the process group (run_bash then removes the cgroup)
-        if process:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            process.stdout.close()
-    return data, stopped, process.returncode
-
 # The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
 # mount covers what is under it):
 #   the system's folders, PATH's, the agent's Python    read-only
@@ -545,41 +492,6 @@ def run_process(argv: list, fds: list) -> tuple:
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
-SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
-                  "/nix"]  # Nix keeps every program in /nix/store
-IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
-KEY_NAMES = ["/proc/keys", "/proc/key-users"]  # the names of the user's keys, and their counts
-MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
-    "read-only": lambda path: ["--ro-bind-try", path, path],
-    "layer": lambda path: ["--overlay-src", path],  # walled() adds where what changes lands
-    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
-    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
-    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
-    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
-}
-# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
-WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
-        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
-           ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
-           "in front of them")
-
-def mounts() -> list:
-    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made."""
-    workspace = WORKDIR.resolve()
-    found = search(workspace)
-    outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
-    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
-    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
-    around = [*[(Path(folder), "read-only") for folder in shown],
-              *[(Path(folder), "in memory") for folder in [*homes, *IN_MEMORY]]]
-    masked = [*fewest(found["secret"]), *[path for path in HERE.iterdir() if is_secret(path.name)]]
-    masked = [path for path in masked if os.path.lexists(path)]  # the user may delete one
-    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
-            (workspace, "layer"),
-            *[(Path(folder), "hidden") for folder in found["unlisted"]],
-            *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
-            *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
 
 def walled(command: str, layer: Path, rules, options, group: list) -> list:
     """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
@@ -650,76 +562,6 @@ def apply_change(change: os.DirEntry, path: Path, folders: list) -> list:
         os.chmod(change.path, status.st_mode & 0o777)  # never setuid, setgid or sticky
     move_in(change.path, target)
     return []
-
-def delete(path: Path) -> list:
-    """Delete a workspace path, and all in it, each through the door; return (path, why) for what
-    was kept. A deleted hard link is one name gone: the file's other name keeps it."""
-    workspace = WORKDIR.resolve()
-    not_kept, gone = [], []
-    paths = [path]
-    while paths:  # top down, in a loop: a tree may be deeper than Python recurses
-        path = paths.pop()
-        target = workspace / path
-        try:
-            check_door(target, writing=True)
-            if target.is_dir() and not target.is_symlink():
-                paths += [path / name for name in os.listdir(target)]
-            gone.append(target)
-        except OSError as error:
-            not_kept.append((path, error.strerror or str(error)))
-    for target in reversed(gone):  # what is in a folder before the folder
-        with contextlib.suppress(OSError):  # a folder that keeps something the door kept
-            if target.is_dir() and not target.is_symlink():
-                target.rmdir()
-            else:
-                target.unlink()
-    return not_kept
-
-def not_kept_lines(not_kept: list) -> list:
-    """One line for each reason the door gave, naming up to three of the paths it kept out."""
-    paths = {}
-    for path, why in not_kept:
-        paths.setdefault(why, []).append(str(path))
-    lines = []
-    for why, names in paths.items():
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        lines.append(f"(not kept: {', '.join(names[:3])}{more}: {why})")
-    return lines
-
-PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
-             "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
-             "LC_CTYPE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"}  # POSIX's locale
-
-def command_env() -> dict:
-    """The command's environment: an allow-list of what programs need to run, so no secret of the
-    agent's (keys, tokens, passwords in URLs) reaches it, whatever the variable is called."""
-    allowed = {name: value for name, value in os.environ.items() if name in PASSED_ON}
-    return {**allowed, "GIT_OPTIONAL_LOCKS": "0"}  # git status: no refresh of .git/index
-
-def read_output(process) -> tuple:
-    """The command's output, read until it ends, passes MAX_OUTPUT or time runs out, and why it
-    was stopped (or None). The shell's end ends it, though a child in the background holds on."""
-    deadline = time.monotonic() + BASH_TIMEOUT
-    data = b""
-    while time.monotonic() < deadline and len(data) <= MAX_OUTPUT:
-        ready, _, _ = select.select([process.stdout], [], [], 0.05)
-        chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
-        data += chunk
-        if ready and not chunk or not ready and process.poll() is not None:
-            break  # the output ended, or the shell did
-    if len(data) > MAX_OUTPUT:  # never hold much more than the model will see
-        return data, f"output passed {MAX_OUTPUT:,} characters"
-    try:
-        process.wait(timeout=max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:
-        return data, f"timed out after {BASH_TIMEOUT}s"
-    return data, None
-
-def sandbox_off() -> bool:
-    return os.environ.get("SANDBOX", "").lower() == "off"
-
-def network_on() -> bool:
-    return os.environ.get("NETWORK", "").lower() == "on"
 
 # -- from s02: a tool is a schema and a function, looked up by name; the file tools ----------------
 
@@ -886,6 +728,129 @@ def cap(text: str) -> str:
 
 # == THE MACHINERY: the wall's plumbing, reading bash, the screen, the wire, start-up. Safe to skip.
 # -- the wall's plumbing (fence 4): what shows outside, seccomp, cgroups, the layer, the search --
+SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys",
+                  "/nix"]  # Nix keeps every program in /nix/store
+IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
+KEY_NAMES = ["/proc/keys", "/proc/key-users"]  # the names of the user's keys, and their counts
+MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
+    "read-only": lambda path: ["--ro-bind-try", path, path],
+    "layer": lambda path: ["--overlay-src", path],  # walled() adds where what changes lands
+    # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
+    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
+    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
+    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
+}
+# /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
+WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+        "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -r requirements.txt"
+           ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
+           "in front of them")
+
+def mounts() -> list:
+    """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made."""
+    workspace = WORKDIR.resolve()
+    found = search(workspace)
+    outside = [*os.environ.get("PATH", "").split(os.pathsep), *pythons(), "/etc/resolv.conf"]
+    shown = [*SYSTEM_FOLDERS, *brought_back(outside)]
+    homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
+    around = [*[(Path(folder), "read-only") for folder in shown],
+              *[(Path(folder), "in memory") for folder in [*homes, *IN_MEMORY]]]
+    masked = [*fewest(found["secret"]), *[path for path in HERE.iterdir() if is_secret(path.name)]]
+    masked = [path for path in masked if os.path.lexists(path)]  # the user may delete one
+    return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
+            (workspace, "layer"),
+            *[(Path(folder), "hidden") for folder in found["unlisted"]],
+            *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
+            *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
+
+def delete(path: Path) -> list:
+    """Delete a workspace path, and all in it, each through the door; return (path, why) for what
+    was kept. A deleted hard link is one name gone: the file's other name keeps it."""
+    workspace = WORKDIR.resolve()
+    not_kept, gone = [], []
+    paths = [path]
+    while paths:  # top down, in a loop: a tree may be deeper than Python recurses
+        path = paths.pop()
+        target = workspace / path
+        try:
+            check_door(target, writing=True)
+            if target.is_dir() and not target.is_symlink():
+                paths += [path / name for name in os.listdir(target)]
+            gone.append(target)
+        except OSError as error:
+            not_kept.append((path, error.strerror or str(error)))
+    for target in reversed(gone):  # what is in a folder before the folder
+        with contextlib.suppress(OSError):  # a folder that keeps something the door kept
+            if target.is_dir() and not target.is_symlink():
+                target.rmdir()
+            else:
+                target.unlink()
+    return not_kept
+
+def not_kept_lines(not_kept: list) -> list:
+    """One line for each reason the door gave, naming up to three of the paths it kept out."""
+    paths = {}
+    for path, why in not_kept:
+        paths.setdefault(why, []).append(str(path))
+    lines = []
+    for why, names in paths.items():
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        lines.append(f"(not kept: {', '.join(names[:3])}{more}: {why})")
+    return lines
+
+def run_process(argv: list, fds: list) -> tuple:
+    """Run argv in a process group of its own, passing it the files `fds`; return its output, why
+    it was stopped (or None) and its exit code. Whatever happens, nothing it started lives on."""
+    process = None
+    try:
+        process = subprocess.Popen(argv, cwd=WORKDIR, env=command_env(), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True, pass_fds=fds)
+        data, stopped = read_output(process)
+    finally:  # kill the process group (run_bash then removes the cgroup)
+        if process:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+    return data, stopped, process.returncode
+
+PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+             "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
+             "LC_CTYPE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"}  # POSIX's locale
+
+def command_env() -> dict:
+    """The command's environment: an allow-list of what programs need to run, so no secret of the
+    agent's (keys, tokens, passwords in URLs) reaches it, whatever the variable is called."""
+    allowed = {name: value for name, value in os.environ.items() if name in PASSED_ON}
+    return {**allowed, "GIT_OPTIONAL_LOCKS": "0"}  # git status: no refresh of .git/index
+
+def read_output(process) -> tuple:
+    """The command's output, read until it ends, passes MAX_OUTPUT or time runs out, and why it
+    was stopped (or None). The shell's end ends it, though a child in the background holds on."""
+    deadline = time.monotonic() + BASH_TIMEOUT
+    data = b""
+    while time.monotonic() < deadline and len(data) <= MAX_OUTPUT:
+        ready, _, _ = select.select([process.stdout], [], [], 0.05)
+        chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
+        data += chunk
+        if ready and not chunk or not ready and process.poll() is not None:
+            break  # the output ended, or the shell did
+    if len(data) > MAX_OUTPUT:  # never hold much more than the model will see
+        return data, f"output passed {MAX_OUTPUT:,} characters"
+    try:
+        process.wait(timeout=max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return data, f"timed out after {BASH_TIMEOUT}s"
+    return data, None
+
+def sandbox_off() -> bool:
+    return os.environ.get("SANDBOX", "").lower() == "off"
+
+def network_on() -> bool:
+    return os.environ.get("NETWORK", "").lower() == "on"
+
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
     is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
@@ -1086,7 +1051,7 @@ def layers_folder() -> Path | None:
     keep a layer on every file system (not on NFS, or on the overlay of a container)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     for folder in [cache, Path(tempfile.gettempdir()), Path("/dev/shm")]:
-        if folder.resolve().is_relative_to(WORKDIR.resolve()):  # overlayfs refuses a layer in itself
+        if folder.resolve().is_relative_to(WORKDIR.resolve()):  # overlayfs: not in what it layers
             continue
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             folder.mkdir(parents=True, exist_ok=True)
@@ -1189,6 +1154,43 @@ def bwrap_problem() -> str | None:
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
+RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
+    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
+    "nice": ({"-n", "--adjustment"}, 0),
+    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),  # timeout 5 CMD
+    "time": ({"-f", "-o"}, 0),
+    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0),
+    "exec": ({"-a"}, 0),
+    "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
+    "stdbuf": ({"-i", "-o", "-e"}, 0),
+    "ionice": ({"-c", "-n"}, 0),
+    "chroot": (set(), 1),  # chroot DIR CMD
+    **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
+INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
+INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
+
+def code_it_runs(name: str, args: list) -> str | None:
+    """The code a program gives to a shell: bash -c CODE, eval CODE, trap CODE SIGNAL, watch CMD."""
+    dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
+    if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
+        return " ".join(operands(args[dash_c[0] + 1:])[:1])
+    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
+        return " ".join(operands(args))
+    if name == "watch":  # watch -n 5 'make test': its words go to sh -c
+        return " ".join(args[options_end(args, 0, {"-n", "--interval"}):])
+    return None
+
+def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
+    """A shell given no script (bash, bash -s, sh -), or an interpreter fed by a pipe with no script
+    and no inline code (curl x | python3): code nobody has read comes from its input."""
+    script = operands(args)[:1]
+    from_input = not script or script[0] in ("-", "/dev/stdin")
+    if name in SHELLS:
+        options = args[:args.index(script[0])] if script else args  # bash x.sh -s: x.sh's own
+        return (from_input or "-s" in options) and not {"--version", "--help"} & set(args)
+    inline = any(arg.startswith(INLINE_CODE) for arg in args)
+    return piped and name.rstrip("0123456789.") in INTERPRETERS and from_input and not inline
+
 # commands_in(command) gives the commands and redirections of its tree in the order bash reads
 # them, their words unexpanded; place(word) where a path leads; then the helpers for arguments.
 

@@ -1068,8 +1068,8 @@ def test_git_cannot_be_renamed_away(stage, scripted, workspace):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_nothing_in_a_git_folder_can_be_written(stage, scripted, workspace):
     """Git runs or reads much of .git later, for the user: hooks, a rebase's todo list (`exec`
-    lines run), info/exclude (which hides files from git status). Each .git in the workspace, a
-    nested repository's too, is read-only whole; the files beside it stay writable."""
+    lines run), info/exclude (which hides files from git status). The door refuses every change in
+    each .git of the workspace, a nested repository's too; a change beside it is kept."""
     for name in ("hooks/pre-commit", "info/exclude", "rebase-merge/git-rebase-todo", "config"):
         for git in (workspace / ".git", workspace / "vendor" / "lib" / ".git"):
             (git / name).parent.mkdir(parents=True, exist_ok=True)
@@ -1190,8 +1190,8 @@ def run_agent_in_its_own_folder(stage, tmp_path, command: str) -> subprocess.Com
 def test_the_agent_cannot_change_its_own_folder(stage, tmp_path):
     """What the agent's folder holds runs outside the wall: a pytest.py there runs at the README's
     `python -m pytest`, a .pyc in __pycache__ at the next import, a conftest.py in tests/ with the
-    tests. Started in its own folder, the agent works in play/ inside it, and its folder is
-    read-only."""
+    tests. Started in its own folder, the agent works in play/ inside it, and nothing a command
+    writes in its folder is kept."""
     agent = tmp_path / "agent"
     planted = [agent / "pytest.py", agent / "__pycache__" / "s03_safety.cpython-311.pyc",
                agent / "tests" / "conftest.py"]
@@ -1233,9 +1233,9 @@ def test_the_file_tools_cannot_change_git_or_the_agent_s_folder(stage, scripted,
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_started_in_its_own_folder_the_agent_writes_in_play_with_every_tool(stage, scripted, tmp_path,
                                                                             monkeypatch):
-    """Started in its own folder, the agent works in play/ inside it: the agent's folder is
-    read-only, but play/ is the workspace, so write_file and edit_file work there (as the wall's
-    mounts nest: the deepest one decides), and .git inside play/ is still read-only."""
+    """Started in its own folder, the agent works in play/ inside it: the door refuses the agent's
+    folder only where the workspace is not inside it, so write_file and edit_file work in play/,
+    and .git inside play/ is still refused."""
     copy = stage_copy(stage, tmp_path / "agent", monkeypatch)
     play = tmp_path / "agent" / "play"
     (play / ".git").mkdir(parents=True)
@@ -1424,7 +1424,7 @@ def test_a_link_out_of_the_workspace_is_the_wall_s_business(stage, scripted, wor
 def test_a_file_with_more_than_one_link_cannot_be_changed_through_the_workspace(stage, scripted, workspace):
     """uv links a venv's packages from its cache in the home folder (pnpm from its store): the
     file in the workspace is the file in the cache. Written in place, it would change code that
-    other projects run. Inside the wall a file with more than one link is read-only."""
+    other projects run. A changed file comes back by rename: the cache's name keeps the old file."""
     cache = workspace.parent / f"cache-{workspace.name}"
     cache.mkdir()
     (cache / "six.py").write_text("as it was\n")
@@ -1641,7 +1641,7 @@ def nested_folders(top: Path, count: int, name: str = "d") -> list:
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_tree_deeper_than_python_s_recursion_does_not_stop_commands(stage, scripted, workspace):
-    """The search before each command walks the workspace in a loop, not by recursion: 1,100
+    """The search for .env files at the session's start walks in a loop, not by recursion: 1,100
     nested folders (Python's recursion stops at 1,000) are searched, and commands still run."""
     made = nested_folders(workspace, 1100)
     try:
@@ -1669,8 +1669,7 @@ def test_many_env_files_do_not_stop_commands(stage, scripted, workspace):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_folder_hidden_for_its_many_env_files_hides_what_is_read_only_in_it_too(stage, scripted, workspace):
     """A folder hidden because it holds too many .env files to mask one by one stays hidden whole:
-    what would be read-only inside it (its .vscode/, here with a .env of its own) does not come
-    back into sight through the hidden folder."""
+    nothing in it (a .env in its .vscode/, here) comes back into sight through another mount."""
     (workspace / "app" / ".vscode").mkdir(parents=True)
     (workspace / "app" / ".vscode" / ".env").write_text("KEY=SECRET")
     for number in range(stage.MOST_MOUNTS):
