@@ -1091,8 +1091,7 @@ def make_repository(folder: Path) -> None:
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 @pytest.mark.parametrize("command", ["mkdir -p sub/.git/hooks && echo '[core]' > sub/.git/config",
-                                     "mkdir -p bare/objects bare/refs && echo ref > bare/HEAD && "
-                                     "echo '[core]' > bare/config"])
+                                     "mkdir -p bare/objects bare/refs && echo ref > bare/HEAD && echo '[core]' > bare/config"])
 def test_a_repository_a_command_makes_is_not_kept_and_the_result_says_so(stage, scripted, workspace,
                                                                          command):
     """A repository's config can name a program git runs at the user's next `git status`
