@@ -15,9 +15,11 @@ run_bash); THE MACHINERY, to skip on a first reading: the screen, the wire, star
 
 import contextlib
 import difflib
+import functools
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -283,11 +285,23 @@ def save_transcript(text: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as file:
-            file.write(text)
+        file = transcript_file(path)
+        file.write(text)
+        file.flush()  # a line is on disk at once, for a viewer and for a session that crashes
     except OSError as error:
         del os.environ["TRANSCRIPT"]
         show(f"cannot write TRANSCRIPT={path} ({error.strerror or error}); recording is off")
+
+@functools.cache  # opened once: what a command later does to the name (a link, a rename) is moot
+def transcript_file(path: str):
+    """TRANSCRIPT, open to append: only a regular file, and never through a link. (The model can
+    put a link to ~/.bashrc in its place, or a FIFO, which would hang a plain open().)"""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    descriptor = os.open(path, flags, 0o600)  # 0o600: it holds the whole conversation
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise OSError("it is not a regular file")
+    return open(descriptor, "a", encoding="utf-8")
 
 def describe_error(error: BaseException) -> str:
     """What ended a turn (or a model call), in one line naming the setting to check."""

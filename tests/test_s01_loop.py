@@ -1193,6 +1193,63 @@ def test_each_transcript_line_says_when_how_long_which_session_turn_and_agent(
         assert "error" not in line and "task" not in line
 
 
+BASHRC = "alias ll='ls -l'\n"  # what a file the transcript must never reach holds
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_transcript_that_is_a_link_is_not_written_through_and_the_session_goes_on(
+        stage, scripted, tmp_path, monkeypatch, capsys):
+    """A command can replace wire.jsonl by a link to ~/.bashrc: JSON appended there would run in
+    the user's next shell. The agent never writes through a link: the file it points to stays as
+    it was, the user is told once that recording is off, and every turn is still answered."""
+    bashrc = tmp_path / "bashrc"
+    bashrc.write_text(BASHRC)
+    (tmp_path / "wire.jsonl").symlink_to(bashrc)
+    monkeypatch.setenv("TRANSCRIPT", str(tmp_path / "wire.jsonl"))
+    scripted(stage, [reply("first answer"), reply("second answer")])
+    messages = []
+    stage.run_turn(messages, "one")
+    stage.run_turn(messages, "two")
+    out = capsys.readouterr().out
+    assert bashrc.read_text() == BASHRC
+    assert out.count("recording is off") == 1 and "second answer" in out
+
+
+@pytest.mark.parametrize("stage", stages_from("s01_loop", quick_run_checks_the_last_only=True))
+def test_a_fifo_in_place_of_the_transcript_does_not_hang_the_agent(stage, tmp_path):
+    """A FIFO (a named pipe, `mkfifo wire.jsonl`) blocks whoever opens it to write until someone
+    reads. The agent opens its transcript without waiting and only if it is a regular file: it
+    says recording is off and answers as usual. (Run as a process of its own: before the fix, the
+    test's time-out ends it.)"""
+    os.mkfifo(tmp_path / "wire.jsonl")
+    with FakeAPI([reply("answered anyway")]) as api:
+        env = clean_env(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url,
+                        TRANSCRIPT=str(tmp_path / "wire.jsonl"))
+        done = run_stage(ROOT / f"{stage.__name__}.py", "hi\nq\n", env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "recording is off" in done.stdout and "answered anyway" in done.stdout
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_link_put_in_place_of_the_transcript_later_changes_nothing(
+        stage, scripted, tmp_path, monkeypatch):
+    """The transcript is opened once, at its first line, and kept open: a command that then
+    renames it and puts a link to ~/.bashrc under its name redirects nothing. Later lines go to
+    the file first opened, and the link's target is unchanged."""
+    transcript = tmp_path / "wire.jsonl"
+    bashrc = tmp_path / "bashrc"
+    bashrc.write_text(BASHRC)
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    scripted(stage, [reply("first answer"), reply("second answer")])
+    messages = []
+    stage.run_turn(messages, "one")
+    transcript.rename(tmp_path / "moved.jsonl")
+    transcript.symlink_to(bashrc)
+    stage.run_turn(messages, "two")
+    assert bashrc.read_text() == BASHRC
+    assert len(read_transcript(tmp_path / "moved.jsonl")) == 2
+
+
 @pytest.mark.parametrize("stage", ALL_STAGES)
 def test_ctrl_c_while_text_streams_cancels_only_that_turn(stage, scripted, monkeypatch, capsys):
     """Ctrl-C while the answer is being written: the turn is dropped, the history is valid, the
