@@ -89,7 +89,8 @@ TOOLS = [{
 # -- new in s03: fences, in the order a tool call meets them ----------------------------------
 # A file tool's path goes through safe_path, then check_door. A command goes through
 # check_command, runs inside the wall on a layer of the workspace, and each change it made comes
-# back through check_door. So one function decides every change to the workspace.
+# back through check_door. So one function decides every change to the workspace (with the wall
+# up; SANDBOX=off leaves commands only the filter), and every read by a file tool.
 
 # -- fence 1: every file path stays inside the workspace ------------------------------------
 
@@ -107,7 +108,7 @@ def safe_path(path: str) -> Path:
         raise ValueError(f"{path!r} is outside the workspace {workspace}")
     return target
 
-# -- fence 2: the door: one check for every read and write in the workspace -------------------
+# -- fence 2: the door: one check for every change, and every read by a file tool -----------
 # Promise: nothing runs later unless the user runs it, and no secret is shown. What git, editors
 # and shells run on their own, the agent's own code and a .env file are never changed, by a file
 # tool or a command; a .env is never read by a file tool.
@@ -122,6 +123,7 @@ def check_door(file: Path, writing: bool) -> None:
     made, new names and deleted ones alike, before it keeps the change (apply_changes)."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
+    # search(): once a session, each .env of the workspace and each hard link to one (machinery)
     if any(is_secret(name) for name in names) or str(file) in search(workspace)["secret"]:
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
@@ -145,13 +147,13 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
     """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it: a bare
     app.git, the folder a .git file points to), the workspace too, or would it make one? The last
     of the three is refused, so no command makes a repository, in one step or over several."""
-    for folder in [file, *file.parents]:
-        if all(os.path.lexists(folder / name) for name in GIT_MADE):
+    for folder in [file, *file.parents]:  # the file itself first: it may be a repository
+        if all(os.path.lexists(folder / name) for name in GIT_MADE):  # is one already
             return True
         if folder == workspace:
             return False
         others = [folder.parent / name for name in GIT_MADE if name != folder.name]
-        if folder.name in GIT_MADE and all(map(os.path.lexists, others)):
+        if folder.name in GIT_MADE and all(map(os.path.lexists, others)):  # would be the third
             return True
     return False
 
@@ -161,9 +163,10 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
 # scripts with it for the same decision) and judges every simple command in the tree, wherever it
 # sits ($(...), pipes, subshells, if and for bodies), by its program and arguments: words, never
 # substrings, never the code given to python -c or awk (the wall's job). Heredoc bodies and
-# comments are data, as in bash; the code given to bash -c, eval or watch is parsed again. Nothing
-# is run; only ~ and $HOME are expanded, and only with the wall up, which keeps the home folder in
-# memory. What the parser cannot read for certain is refused. Reading the tree is machinery.
+# comments are data, as in bash; the code given to bash -c, eval, trap or watch is parsed again.
+# Nothing is run; ~ and $HOME are expanded only with the wall up, which keeps the home folder in
+# memory, and a variable set earlier on the line (X=sudo; $X) stands for its value. What the
+# parser cannot read for certain is refused. Reading the tree is machinery.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -205,7 +208,8 @@ def check_words(words: list, piped: bool, depth: int) -> str | None:
     program, args = (words or [""])[0], words[1:]
     name = program_name(program)  # /usr/bin/sudo is sudo; SUDO is sudo on a Mac
     script = operands(args)[:1]  # bash FILE, python FILE
-    if program == RUN_TIME or name in SHELLS and RUN_TIME in "".join(script):
+    # RUN_TIME: what the machinery puts for a word only running the command can spell, $(...)
+    if program == RUN_TIME or (name in SHELLS and RUN_TIME in "".join(script)):
         return "it runs the output of a command as code; save that to a file and read it first"
     if set(re.sub(r"\$\{[^}]*\}|\$\w+", "", name)) & set("*?[]{}\\"):  # "$PYTHON" names one
         return f"only bash can say which program {program} is; write its name plainly"
@@ -355,7 +359,8 @@ def walled(command: str, layer: Path, rules, options, group: list) -> list:
     limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
     limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
     joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]  # all it starts is in it
+    # sh joins the cgroup, then becomes bwrap: all that bwrap starts is counted in the group.
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]
     return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
             f"{limits}\n{command}"]
 
@@ -371,7 +376,7 @@ def apply_changes(upper: Path) -> list:
         folder = folders.pop()
         try:
             changes = list(os.scandir(upper / folder))
-        except OSError as error:  # the command took its own way in (chmod 000 .): none is kept
+        except OSError as error:  # a folder of the layer that cannot be listed: none is kept
             not_kept.append((folder, error.strerror))
             continue
         if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
