@@ -114,8 +114,9 @@ def safe_path(path: str) -> Path:
 # tool or a command; a .env is never read by a file tool.
 
 HERE = Path(__file__).resolve().parent  # the agent's own folder
-RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".vscode", ".idea", ".bashrc",
-                ".profile", ".bash_profile", ".bash_login", ".zshenv", ".zprofile", ".zshrc"}
+RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".hg", ".jj", ".vscode", ".idea",
+                ".claude", ".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshenv",
+                ".zprofile", ".zshrc"}
 
 def check_door(file: Path, writing: bool) -> None:
     """May a tool read (or write) this file of the workspace? Raise PermissionError with the
@@ -152,9 +153,10 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
             return True
         if folder == workspace:
             return False
-        others = [folder.parent / name for name in GIT_MADE if name != folder.name]
-        if folder.name in GIT_MADE and all(map(os.path.lexists, others)):  # would be the third
-            return True
+        if folder.name in GIT_MADE:  # would it be the third, beside the other two?
+            others = [folder.parent / name for name in GIT_MADE if name != folder.name]
+            if all(map(os.path.lexists, others)):
+                return True
     return False
 
 
@@ -190,6 +192,8 @@ def check_command(command: str, depth: int = 0) -> str | None:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     if depth > MAX_DEPTH:
         return f"it nests shells or evals more than {MAX_DEPTH} levels deep"
+    if "\0" in command:
+        return "it holds a NUL byte, which no command line can pass on"
     try:  # every command of the tree, and every file a redirection writes, in bash's order
         for words, written, piped, function in commands_in(command):
             if piped and words[:1] == [function]:  # :(){ :|:& };:
@@ -290,11 +294,14 @@ def run_bash(command: str) -> str:
     layer = None if sandbox_off() else make_layer()
     group = [] if sandbox_off() else make_group()
     try:
-        with tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options:  # for bwrap
+        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
+              tempfile.TemporaryFile() as info):  # for bwrap
             argv = ["bash", "-c", command]
             if layer:
-                argv = walled(command, layer, rules, options, group)
-            data, stopped, code = run_process(argv, [rules.fileno(), options.fileno()])
+                argv = walled(command, layer, rules, options, info, group)
+            fds = [rules.fileno(), options.fileno(), info.fileno()]
+            data, stopped, code = run_process(argv, fds)
+            wall_ended(info)  # a process that left the group may live a moment longer
         met = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
         not_kept = apply_changes(layer / "upper") if layer else []  # however the command ended
     finally:
@@ -342,16 +349,17 @@ MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
 
-def walled(command: str, layer: Path, rules, options, group: list) -> list:
+def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
     """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
-    reads its socket filter from the file `rules`, its options from the file `options`."""
+    reads its socket filter from the file `rules`, its options from the file `options`, and
+    writes the PID of its first process to the file `info`."""
     wall = ["--share-net"] if network_on() else []
     for path, kind in mounts():
         wall += MOUNT[kind](str(path), layer)
     # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
-             "--chdir", str(WORKDIR.resolve())]
+             "--chdir", str(WORKDIR.resolve()), "--info-fd", str(info.fileno())]
     rules.write(socket_filter())
     options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
     rules.seek(0)
@@ -688,11 +696,11 @@ def mounts() -> list:
     homes = {Path.home(), Path.home().resolve()}  # as $HOME spells it, and where it leads
     around = [*[(Path(folder), "read-only") for folder in shown],
               *[(Path(folder), "in memory") for folder in [*homes, *IN_MEMORY]]]
-    masked = [*fewest(found["secret"]), *[path for path in HERE.iterdir() if is_secret(path.name)]]
+    masked = [*fewest([*found["secret"], *found["unlisted"]], workspace),
+              *[path for path in HERE.iterdir() if is_secret(path.name)]]
     masked = [path for path in masked if os.path.lexists(path)]  # the user may delete one
     return [*sorted(around, key=lambda mount: len(mount[0].parts)),  # ~ before ~/.cargo/bin
             (workspace, "layer"),
-            *[(Path(folder), "hidden") for folder in found["unlisted"]],
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
             *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
 
@@ -751,6 +759,16 @@ def run_process(argv: list, fds: list) -> tuple:
 PASSED_ON = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
              "NO_COLOR", "COLORTERM", "VIRTUAL_ENV", "PYENV_VERSION", "LC_ALL", "LC_COLLATE",
              "LC_CTYPE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"}  # POSIX's locale
+
+def wall_ended(info) -> None:
+    """Wait until the wall's first process (PID 1 inside) is gone: the kernel ends every other
+    process inside before it. Killed, bwrap may go first, and one started with setsid may run on
+    for a moment: it must not change the layer while apply_changes reads it."""
+    info.seek(0)
+    with contextlib.suppress(ValueError, KeyError, OSError):  # none (no wall), or gone already
+        pidfd = os.pidfd_open(json.loads(info.read())["child-pid"])
+        select.select([pidfd], [], [], 5)  # readable when it has ended
+        os.close(pidfd)
 
 def command_env() -> dict:
     """The command's environment: an allow-list of what programs need to run, so no secret of the
@@ -942,13 +960,21 @@ def remove_layer(layer: Path | None) -> None:
     no one may enter in work/ (mode 000), and so may the command in upper/."""
     if layer is None:
         return
-    for folder, subfolders, _ in os.walk(layer):  # top down: each opened before walk lists it
-        for name in subfolders:
-            path = os.path.join(folder, name)
-            with contextlib.suppress(OSError):
-                if not os.path.islink(path):  # chmod would follow it
-                    os.chmod(path, stat.S_IRWXU)
-    shutil.rmtree(layer, ignore_errors=True)
+    folders, found = [str(layer)], []
+    while folders:  # top down, in a loop (os.walk and rmtree recurse before Python 3.12)
+        folder = folders.pop()
+        found.append(folder)
+        with contextlib.suppress(OSError):
+            os.chmod(folder, stat.S_IRWXU)  # a real folder: entries were lstat'ed below
+            for entry in os.scandir(folder):
+                is_folder = entry.is_dir(follow_symlinks=False)
+                (folders if is_folder else found).append(entry.path)
+    for path in reversed(found):  # what is in a folder before the folder
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
 
 def is_whiteout(status: os.stat_result) -> bool:
     """Overlayfs records a deleted file or folder as a character device 0/0 at its name."""
@@ -1051,16 +1077,20 @@ def same_file(path: str) -> tuple:
     status = os.stat(path)
     return status.st_dev, status.st_ino
 
-MOST_MOUNTS = 64  # of .env files: bubblewrap's start grows with the square of its mounts
+MOST_MOUNTS = 64  # hidden or empty: bubblewrap's start grows with the square of its mounts
 
-def fewest(paths) -> list:
-    """At most MOST_MOUNTS paths that cover `paths`: while there are more, the deepest give way
-    to their folders (30,000 .env files in one folder make one mount, of the folder)."""
-    paths = set(map(str, paths))
-    while len(paths) > MOST_MOUNTS:
+def fewest(paths, workspace: Path) -> list:
+    """At most MOST_MOUNTS paths that cover `paths`, as a rule: while there are more, the deepest
+    give way to their folders (30,000 .env files in one folder make one mount, of the folder).
+    Never the workspace itself, and only where that makes fewer: 65 packages, each with its .env,
+    keep 65 mounts, not their 65 folders hidden."""
+    paths = fewer = set(map(str, paths))
+    top = str(workspace).rstrip(os.sep).count(os.sep) + 1  # a path right in the workspace
+    while len(fewer) > MOST_MOUNTS and max(path.count(os.sep) for path in paths) > top:
         deepest = max(path.count(os.sep) for path in paths)
         paths = {os.path.dirname(path) if path.count(os.sep) == deepest else path for path in paths}
-    return sorted(map(Path, paths))
+        fewer = paths if len(paths) < len(fewer) else fewer
+    return sorted(map(Path, fewer))
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

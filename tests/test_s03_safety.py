@@ -2301,3 +2301,59 @@ def test_the_names_of_the_user_s_keys_read_as_empty(stage, scripted, workspace):
     /proc/key-users their counts: inside the wall both read as empty."""
     content = call_tool(stage, scripted, "bash", command="cat /proc/keys /proc/key-users; echo read $?")
     assert content["content"] == "read 0\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_monorepo_with_a_env_in_each_package_still_shows_its_packages(stage, scripted, workspace):
+    """Past MOST_MOUNTS .env files, the wall hides folders instead, but only where that makes
+    fewer mounts: 65 packages, each with its own .env, keep their other files in sight (and
+    never is the workspace itself hidden)."""
+    for number in range(65):
+        (workspace / f"pkg{number}").mkdir()
+        (workspace / f"pkg{number}" / ".env").write_text("KEY=SECRET")
+        (workspace / f"pkg{number}" / "main.py").write_text("print('main')\n")
+    content = call_tool(stage, scripted, "bash", command="cat pkg7/main.py pkg7/.env; touch new")["content"]
+    assert content == "print('main')\n" and (workspace / "new").exists()
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_thousands_of_folders_the_search_cannot_list_do_not_stop_commands(stage, scripted, workspace,
+                                                                           monkeypatch):
+    """A folder the search cannot list (too deep, or closed to the user) is hidden. Thousands of
+    them, made by one command for the next session, must not make a command line longer than
+    bubblewrap takes: like .env files, they give way to their folder. (A lower MAX_PATH makes
+    `deep/`'s 3,000 folders too deep here.)"""
+    for number in range(3000):
+        (workspace / "deep" / f"child{number:05}").mkdir(parents=True)
+    monkeypatch.setattr(stage, "MAX_PATH", len(str(workspace / "deep")) + 2)
+    assert call_tool(stage, scripted, "bash", command="echo ran")["content"] == "ran\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_tree_a_command_makes_deeper_than_python_recurses_is_kept_and_its_layer_removed(
+        stage, scripted, workspace, tmp_path, monkeypatch):
+    """os.walk and shutil.rmtree recurse (before Python 3.12): a command that makes a tree deeper
+    than Python's recursion limit would raise RecursionError when its layer is removed. The tree
+    comes back, the result is the command's, and no layer is left. (A lower limit stands in for
+    a deeper tree: applying one costs time with the square of its depth.)"""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    stage.layers_folder.cache_clear()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(250)
+    try:
+        result = call_tool(stage, scripted, "bash", command="for i in $(seq 300); do mkdir a && cd a; done; echo done")
+    finally:
+        sys.setrecursionlimit(limit)
+        stage.layers_folder.cache_clear()
+    assert result["content"] == "done\n" and (workspace / "a" / "a" / "a").is_dir()
+    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+
+
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_nul_byte_in_a_command_is_refused_with_a_reason(stage, project):
+    """No command line can carry a NUL byte: bash would never see what follows it, and starting
+    the process would fail. The filter says so instead."""
+    assert stage.check_command("echo a\0b") is not None
