@@ -965,7 +965,7 @@ def remove_layer(layer: Path | None) -> None:
         folder = folders.pop()
         found.append(folder)
         with contextlib.suppress(OSError):
-            os.chmod(folder, stat.S_IRWXU)  # a real folder: entries were lstat'ed below
+            os.chmod(folder, stat.S_IRWXU)  # a real folder: listed so, links not followed
             for entry in os.scandir(folder):
                 is_folder = entry.is_dir(follow_symlinks=False)
                 (folders if is_folder else found).append(entry.path)
@@ -1086,8 +1086,10 @@ def fewest(paths, workspace: Path) -> list:
     keep 65 mounts, not their 65 folders hidden."""
     paths = fewer = set(map(str, paths))
     top = str(workspace).rstrip(os.sep).count(os.sep) + 1  # a path right in the workspace
-    while len(fewer) > MOST_MOUNTS and max(path.count(os.sep) for path in paths) > top:
+    while len(fewer) > MOST_MOUNTS:
         deepest = max(path.count(os.sep) for path in paths)
+        if deepest <= top:
+            break
         paths = {os.path.dirname(path) if path.count(os.sep) == deepest else path for path in paths}
         fewer = paths if len(paths) < len(fewer) else fewer
     return sorted(map(Path, fewer))

@@ -2174,13 +2174,11 @@ def test_a_command_that_fills_the_layers_folder_fails_and_the_next_one_runs(stag
     small = workspace.parent / f"small-{workspace.name}"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(small))
-    stage.layers_folder.cache_clear()
     try:
-        full = call_tool(stage, scripted, "bash", command="head -c 4M /dev/zero > big")["content"]
-        after = call_tool(stage, scripted, "bash", command="echo next")["content"]
+        with layers_in(small, stage, monkeypatch):
+            full = call_tool(stage, scripted, "bash", command="head -c 4M /dev/zero > big")["content"]
+            after = call_tool(stage, scripted, "bash", command="echo next")["content"]
     finally:
-        stage.layers_folder.cache_clear()
         subprocess.run(["umount", str(small)], check=False)
     assert "No space left" in full and (workspace / "big").exists() and after == "next\n"
 
@@ -2191,13 +2189,27 @@ def test_started_in_the_home_folder_the_agent_keeps_its_layers_elsewhere(stage, 
                                                                          monkeypatch):
     """overlayfs cannot keep a layer of the workspace inside the workspace. Started in the home
     folder, whose ~/.cache would be such a place, the agent keeps its layers in the temp folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(workspace / ".cache"))
+    with layers_in(workspace / ".cache", stage, monkeypatch) as kept_in:
+        content = call_tool(stage, scripted, "bash", command="echo ran > out.txt; echo ran")["content"]
+    assert content == "ran\n" and (workspace / "out.txt").exists()
+    assert not kept_in.resolve().is_relative_to(workspace.resolve())
+
+
+@contextlib.contextmanager
+def layers_in(cache: Path, stage, monkeypatch):
+    """Within the block, the stage is told to keep its commands' layers in `cache`
+    (XDG_CACHE_HOME); the block gets the folder they are kept in."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     stage.layers_folder.cache_clear()
     try:
-        content = call_tool(stage, scripted, "bash", command="echo ran > out.txt; echo ran")["content"]
+        yield stage.layers_folder()  # where they are: never inside the workspace
     finally:
         stage.layers_folder.cache_clear()
-    assert content == "ran\n" and (workspace / "out.txt").exists()
+
+
+def layers_left(cache: Path) -> list:
+    """The layers that were not removed from `cache`."""
+    return list(cache.glob("coding-agent-layer-*"))
 
 
 
@@ -2230,19 +2242,15 @@ def test_names_git_looks_for_do_not_lock_a_folder_away(stage, scripted, workspac
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_command_that_locks_the_workspace_loses_nothing_and_leaves_no_layer(stage, scripted, workspace,
-                                                                            tmp_path, monkeypatch):
+                                                                            tmp_path_factory, monkeypatch):
     """`chmod 000 .` makes the layer's copy of the workspace a folder no one but root may list, and
     overlayfs leaves one of its own in work/. Its other changes still come back, the next command
     runs, and no layer is left behind in the user's cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    stage.layers_folder.cache_clear()
-    try:
+    cache = tmp_path_factory.mktemp("cache")  # outside the workspace
+    with layers_in(cache, stage, monkeypatch) as kept_in:
         call_tool(stage, scripted, "bash", command="echo kept > a.txt; mkdir -p d && chmod 000 d .")
         after = call_tool(stage, scripted, "bash", command="cat a.txt")["content"]
-    finally:
-        stage.layers_folder.cache_clear()
-    assert after == "kept\n"
-    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+    assert after == "kept\n" and kept_in == cache and not layers_left(cache)
 
 
 @needs_the_wall
@@ -2274,23 +2282,20 @@ def test_bubblewrap_is_never_found_through_path(stage, monkeypatch, tmp_path):
 
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_ctrl_c_during_a_command_keeps_none_of_its_changes(stage, workspace, tmp_path, monkeypatch):
+def test_ctrl_c_during_a_command_keeps_none_of_its_changes(stage, workspace, tmp_path_factory, monkeypatch):
     """Ctrl-C means stop: the user did not see what the command did. The command is killed, its
     layer removed, and nothing it changed comes into the workspace. (A timer stands in for the
-    user's Ctrl-C, two seconds in, while the command waits.)"""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    stage.layers_folder.cache_clear()
+    user's Ctrl-C, half a second in, while the command waits.)"""
+    cache = tmp_path_factory.mktemp("cache")  # outside the workspace
     previous = signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C's own handler
-    signal.setitimer(signal.ITIMER_REAL, 2)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with layers_in(cache, stage, monkeypatch) as kept_in, pytest.raises(KeyboardInterrupt):
             stage.run_bash("echo x > a.txt; sleep 60")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        stage.layers_folder.cache_clear()
-    assert not (workspace / "a.txt").exists()
-    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+    assert not (workspace / "a.txt").exists() and kept_in == cache and not layers_left(cache)
 
 
 @needs_the_wall
@@ -2334,22 +2339,21 @@ def test_thousands_of_folders_the_search_cannot_list_do_not_stop_commands(stage,
 @needs_the_wall
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_a_tree_a_command_makes_deeper_than_python_recurses_is_kept_and_its_layer_removed(
-        stage, scripted, workspace, tmp_path, monkeypatch):
+        stage, scripted, workspace, tmp_path_factory, monkeypatch):
     """os.walk and shutil.rmtree recurse (before Python 3.12): a command that makes a tree deeper
     than Python's recursion limit would raise RecursionError when its layer is removed. The tree
     comes back, the result is the command's, and no layer is left. (A lower limit stands in for
     a deeper tree: applying one costs time with the square of its depth.)"""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    stage.layers_folder.cache_clear()
+    cache = tmp_path_factory.mktemp("cache")  # outside the workspace
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(250)
+    sys.setrecursionlimit(160)
     try:
-        result = call_tool(stage, scripted, "bash", command="for i in $(seq 300); do mkdir a && cd a; done; echo done")
+        with layers_in(cache, stage, monkeypatch) as kept_in:
+            result = call_tool(stage, scripted, "bash", command="for i in $(seq 200); do mkdir a && cd a; done; echo done")
     finally:
         sys.setrecursionlimit(limit)
-        stage.layers_folder.cache_clear()
     assert result["content"] == "done\n" and (workspace / "a" / "a" / "a").is_dir()
-    assert not list((tmp_path / "cache").glob("coding-agent-layer-*"))
+    assert kept_in == cache and not layers_left(cache)
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
