@@ -25,8 +25,8 @@ COPIED = ["s0*.py", "pyproject.toml", "README.md"]  # plus the folders tests/ an
 
 
 def exercise_items(note) -> dict:
-    """The numbered items of a note's Exercises section: number -> text."""
-    section = note.read_text().split("## Exercises", 1)[-1]
+    """The numbered items of a note's Exercises section (up to the next heading): number -> text."""
+    section = note.read_text().split("## Exercises", 1)[-1].split("\n## ", 1)[0]
     items = re.split(r"\n(?=\d+\. )", "\n" + section)
     return {int(item.split(".", 1)[0]): item for item in items if re.match(r"\d+\. ", item)}
 

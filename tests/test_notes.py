@@ -13,6 +13,7 @@ from conftest import ROOT, STAGE_NAMES, clean_env
 NOTES = sorted((ROOT / "notes").glob("*.md"))
 DOCUMENTS = [*NOTES, ROOT / "README.md"]
 STAGE_NOTES = [ROOT / "notes" / f"{stage}.md" for stage in STAGE_NAMES]
+REFERENCE = ROOT / "notes" / "reference.md"  # the machinery, the messages, the settings: not required
 
 
 def document_id(path) -> str:
@@ -39,8 +40,31 @@ def top_level_names(stage: str) -> set:
 
 
 def test_there_is_a_note_per_stage_and_a_course_map():
-    """notes/README.md plus one note for each stage, named after its script."""
-    assert {path.name for path in NOTES} == {"README.md", *(f"{stage}.md" for stage in STAGE_NAMES)}
+    """notes/README.md plus one note for each stage, named after its script, and one reference note."""
+    expected = {"README.md", REFERENCE.name, *(f"{stage}.md" for stage in STAGE_NAMES)}
+    assert {path.name for path in NOTES} == expected
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor a Markdown viewer such as GitHub gives a heading: lower case, spaces to hyphens,
+    punctuation dropped."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
+def test_every_link_a_document_makes_leads_somewhere(document):
+    """A relative link names a file that exists, and its #anchor, a heading of that file."""
+    without_blocks = re.sub(r"^```.*?^```", "", document.read_text(), flags=re.MULTILINE | re.DOTALL)
+    prose = re.sub(r"`[^`\n]*`", "", without_blocks)  # code is not a link: TOOL_HANDLERS[name](**input)
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address: not checked here
+        path, _, anchor = target.partition("#")
+        file = (document.parent / path).resolve() if path else document
+        assert file.exists(), f"{target}: no such file"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
+            assert anchor in {heading_anchor(h) for h in headings}, f"{target}: no such heading"
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=document_id)
@@ -63,6 +87,15 @@ def test_every_pytest_selection_a_document_shows_selects_tests(document):
             assert any(word in name for name in names), f"-k {word} selects nothing in {file}"
 
 
+def test_every_name_the_reference_note_shows_in_bold_code_exists_in_a_stage():
+    """The reference note walks through the machinery of every stage: each name it puts in bold
+    code is defined in one of them."""
+    mentioned = set(re.findall(r"\*\*`([A-Za-z_][A-Za-z0-9_]*)[^`]*`\*\*", REFERENCE.read_text()))
+    defined = set().union(*(top_level_names(stage) for stage in STAGE_NAMES))
+    assert mentioned, "the reference note names no code"
+    assert not mentioned - defined, f"in no stage: {sorted(mentioned - defined)}"
+
+
 @pytest.mark.parametrize("stage", STAGE_NAMES)
 def test_every_function_a_note_walks_through_exists_in_its_stage(stage):
     """The code walk-through names functions and constants in bold code: each is in the script."""
@@ -73,9 +106,9 @@ def test_every_function_a_note_walks_through_exists_in_its_stage(stage):
 
 
 @pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
-def test_each_note_ends_with_three_to_five_exercises_that_name_a_test_file(note):
+def test_each_note_has_three_to_five_exercises_that_name_a_test_file(note):
     """Exercises are "break it" or "extend it", and each says which test file to run or add to."""
-    exercises = note.read_text().split("## Exercises")[1]
+    exercises = note.read_text().split("## Exercises")[1].split("\n## ")[0]
     items = re.split(r"\n(?=\d\. )", exercises.strip())
     assert 3 <= len(items) <= 5
     for item in items:
@@ -85,10 +118,14 @@ def test_each_note_ends_with_three_to_five_exercises_that_name_a_test_file(note)
 
 @pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
 def test_each_note_has_the_sections_a_reader_expects(note):
-    """Problem, idea (with a diagram), code, what changed (with the diff command), try it, limits."""
+    """The lesson first: problem, idea (with a diagram), code, then the exercises; then what changed (with
+    the diff command), try it, limits."""
     text = note.read_text()
-    for heading in ("## The problem", "## The idea", "## The code", "## What changed", "## Try it", "## Known limits"):
+    lesson = ("## The problem", "## The idea", "## The code", "## Exercises")
+    for heading in (*lesson, "## What changed", "## Try it", "## Known limits"):
         assert heading in text
+    assert [text.index(heading) for heading in lesson] == sorted(text.index(heading) for heading in lesson)
+    assert text.index("## Exercises") < min(text.index(h) for h in ("## What changed", "## Try it", "## Known limits"))
     assert "```" in text.split("## The idea")[1].split("## The code")[0]
     if note.stem != STAGE_NAMES[0]:
         previous = STAGE_NAMES[STAGE_NAMES.index(note.stem) - 1]
