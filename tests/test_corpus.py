@@ -1,6 +1,7 @@
 """The reference corpus (tests/corpus/): cases collected from other projects' test suites, so the
-note's claims about the filter can be checked. Core cases must all be judged as expected; the
-evasion, obfuscated and debatable tiers show the limits, and their scores are pinned to what the note says."""
+filter is measured on cases it was not written from. Core cases must all be judged as expected; the
+evasion, obfuscated and debatable tiers show the limits, and their scores are pinned here, so a change to
+the filter that moves one shows."""
 
 import json
 from collections import Counter
@@ -13,8 +14,8 @@ CORPUS = Path(__file__).parent / "corpus"
 COMMANDS = json.loads((CORPUS / "commands.json").read_text())
 PATHS = json.loads((CORPUS / "paths.json").read_text())
 SAFE_STAGES = stages_from("s03_safety")
-# What notes/s03_safety.md says about the tiers no filter can get fully right: (judged as expected, cases).
-SCORES_IN_THE_NOTE = {"evasion": (30, 37), "obfuscated": (0, 5), "debatable": (9, 11)}
+# The filter's scores on the tiers no filter can get fully right: (judged as expected, cases).
+HARD_TIER_SCORES = {"evasion": (30, 37), "obfuscated": (0, 5), "debatable": (9, 11)}
 
 
 def verdict(stage, command: str) -> str:
@@ -39,12 +40,12 @@ def test_corpus_core_commands_are_all_judged_as_expected(stage, case, project):
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
-def test_corpus_scores_on_the_hard_tiers_are_what_the_note_says(stage, project, monkeypatch):
+def test_corpus_scores_on_the_hard_tiers_are_pinned(stage, project, monkeypatch):
     """The evasion, obfuscated and debatable tiers are reported, not chased (the wall stops them): if
-    the filter changes what it catches there, update SCORES_IN_THE_NOTE and notes/s03_safety.md.
+    the filter changes what it catches there, update HARD_TIER_SCORES.
     The scores are those of the filter in front of the wall, on a machine without bubblewrap too."""
     monkeypatch.setenv("SANDBOX", "")
-    assert {tier: scores(stage)[tier] for tier in SCORES_IN_THE_NOTE} == SCORES_IN_THE_NOTE
+    assert {tier: scores(stage)[tier] for tier in HARD_TIER_SCORES} == HARD_TIER_SCORES
 
 
 @pytest.mark.parametrize("stage", SAFE_STAGES)
