@@ -1102,7 +1102,7 @@ RUNNERS = {  # programs that run the command after their options: their options 
     "exec": {"-a"},
     "command": {"-v", "-V"},  # command -v NAME only names a program: NAME does not run
     **dict.fromkeys(["nohup", "setsid", "stdbuf", "coproc", "builtin", "busybox", "toybox", "!"],
-                    frozenset())}
+                    ())}
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}
 INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # fed code by a pipe
 INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
@@ -1119,7 +1119,7 @@ def commands_in(command: str, depth: int = 0):
         raise ValueError("a NUL byte, or a \\ before a carriage return, reads otherwise in bash")
     for text in dict.fromkeys([command, command.replace("\\\n", "")]):
         source = text.encode(errors="surrogateescape")
-        stack = [(parse(source).root_node, "")]
+        stack = [(parse(source).root_node, None)]  # None: in no function
         while stack:
             node, function = stack.pop()
             if misread(node, source):
@@ -1133,7 +1133,7 @@ def commands_in(command: str, depth: int = 0):
                 yield from commands_run_by(words_of(node), fed_by_a_pipe(node), function, depth)
             stack.extend((child, function) for child in reversed(node.children))
 
-def commands_run_by(words: list, piped: bool, function: str, depth: int):
+def commands_run_by(words: list, piped: bool, function: str | None, depth: int):
     """The command of these words after its runners, or those of the code it runs; then find's."""
     if "{" in words:  # the tree reads `time { make; }` and `coproc X { make; }` as `time { make`
         words = words[words.index("{") + 1:]
@@ -1143,7 +1143,7 @@ def commands_run_by(words: list, piped: bool, function: str, depth: int):
     code = code_it_runs(name, words[1:], piped)
     unknown = re.sub(r"\$\{[^}]*\}|\$\w+", "", name)  # "$PYTHON" names one program, /???/?m many
     if RUN_TIME in (program, code) or set(unknown) & set("*?[]{\\"):
-        raise ValueError("only running it can tell which code it runs: save that with write_file")
+        raise ValueError("only running it shows what it runs; save code with write_file, read it")
     if code is not None:
         yield from commands_in(code, depth + 1)
     else:
