@@ -412,7 +412,7 @@ RULES_BY_CLASS = {  # rule -> (refused, allowed): the issue's examples, then mor
         [":(){ :|:& };:", "bomb() { bomb | bomb & }; bomb", "function b { b | b & }; b"],
         ["transform_data() { sed 's/a/b/' \"$1\"; }; transform_data in.txt", "f() { echo hi; }; f",
          "function f { :; }", 'retry() { "$@" || retry "$@"; }']),
-    "a sed or perl script is not a path: the files come after it (SCRIPT_OPTIONS)": (
+    "a sed or perl script is not a path: its files come after it": (
         ["sed -i 's/a/b/' /etc/hosts", "sed -i -e '/x/d' -- /etc/passwd", "sed -i '/usr/d' /etc/fstab",
          "perl -pi -e 's/a/b/' /etc/hosts", "sed --in-place -e 's/a/b/' list.txt /etc/hosts"],
         ["sed -i '/usr/d' paths.txt", "sed -i -e '/etc/d' -e 's/a/b/' list.txt", "sed -i.bak '/usr/lib/d' paths.txt",
