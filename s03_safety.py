@@ -1165,7 +1165,7 @@ def unwrap(words: list) -> list:
     return words[start:]
 
 def code_it_runs(name: str, args: list, piped: bool) -> str | None:
-    """The code it gives a shell (bash -c CODE, eval, trap, watch); RUN_TIME if only it knows."""
+    """The code it gives a shell (bash -c CODE, eval, trap, watch); RUN_TIME if it reads input."""
     dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
     if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
         return " ".join(operands(args[dash_c[0] + 1:])[:1])
