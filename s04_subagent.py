@@ -24,7 +24,6 @@ import contextlib
 import difflib
 import errno
 import functools
-import itertools
 import json
 import os
 import platform
@@ -40,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -237,88 +235,58 @@ def in_a_repository(file: Path, workspace: Path) -> bool:
 
 
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
-# check_command reads a command line with tree-sitter's bash grammar (Codex reads `bash -lc`
-# scripts with it for the same decision) and judges every simple command in the tree, wherever it
-# sits ($(...), pipes, subshells, if and for bodies), by its program and arguments: words, never
-# substrings, never the code given to python -c or awk (the wall's job). Heredoc bodies and
-# comments are data, as in bash; the code given to bash -c, eval, trap or watch is parsed again.
-# Nothing is run; ~ and $HOME are expanded only with the wall up, which keeps the home folder in
-# memory, and a variable set earlier on the line (X=sudo; $X) stands for its value. What the
-# parser cannot read for certain is refused. Reading the tree is machinery.
+# It refuses the plain spellings of harm (sudo, rm -rf /, > /etc/hosts, kill -9 -1) with a reason
+# the model can act on; the wall (fence 4) stops the rest. commands_in reads the line with
+# tree-sitter's bash grammar, as Codex does, and gives each command bash would run, wherever it
+# sits. Words are judged, never substrings; the code given to python -c is not read. What the
+# filter cannot read for certain is refused: code that only running it shows (curl x | sh), a
+# program only bash can name (/???/?m). Nothing is run.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
     **dict.fromkeys(["shutdown", "reboot", "halt", "poweroff"], "turns the machine off")}
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}  # their code is judged
 POWER = {"0", "6", "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
          "suspend-then-hibernate", "rescue", "emergency"}  # init 0, systemctl isolate rescue.target
 DISKS = ("/dev/sd", "/dev/hd", "/dev/vd", "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/disk/",
          "/dev/mapper/", "/dev/md", "/dev/loop")  # given to anything but a reader: refused
-READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "tail", "xxd", "hexdump", "od",
-           "smartctl", "udevadm", "findmnt", "df", "du", "readlink", "realpath", "grep", "wc"}
-SCRIPT_OPTIONS = {"sed": {"-e", "--expression", "-f", "--file"}, "perl": {"-e", "-E"}}  # scripts
-RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
+READERS = {"lsblk", "blkid", "file", "stat", "ls", "cat", "head", "xxd", "od", "smartctl", "df"}
 DEVICES = re.compile(r"/dev/(null|stdout|stderr|tty|urandom|fd/[0-9]+)")  # fine to write to
-RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
+RULED = ["rm", "find", "chmod", "kill", "init", "tee", "cp", "sed", "dd"]  # one per rule below
 MAX_LENGTH, MAX_DEPTH = 10_000, 8  # a longer command belongs in a file; real ones nest 2 or 3 deep
+# Where a path leads, as place(word) tells from its spelling (links are the wall's business).
+INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN, NETWORK = (
+    "inside", "known when it runs", "outside the workspace", "the whole workspace",
+    "the home folder", "system files", "the command's own, in memory", "the network")
 
-def check_command(command: str, depth: int = 0) -> str | None:
+def check_command(command: str) -> str | None:
     """Why this command line must not run, or None. A pure function: it never runs anything."""
     if len(command) > MAX_LENGTH:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
-    if depth > MAX_DEPTH:
-        return f"it nests shells or evals more than {MAX_DEPTH} levels deep"
-    if "\0" in command:
-        return "it holds a NUL byte, which no command line can pass on"
-    try:  # every command of the tree, and every file a redirection writes, in bash's order
-        for words, written, piped, function in commands_in(command):
-            if piped and words[:1] == [function]:  # :(){ :|:& };:
-                return f"{function} is a fork bomb: the function starts itself through a pipe"
-            reason = check_writes(written)  # > FILE, >> FILE, &> FILE
-            for run in [words, *find_runs(unwrap(words))]:  # find . -exec CMD {} ;
-                reason = reason or check_words(unwrap(run), piped, depth)
-            if reason:
-                return reason
+    try:  # each command bash would run; a redirection that writes a file is the command `>`
+        for program, args, piped, function in commands_in(command):
+            if piped and program == function:  # :(){ :|:& };:
+                return f"{program} is a fork bomb: the function starts itself through a pipe"
+            for name in RULED if "$" in program else [program]:  # $X -rf /: as rm, as chmod...
+                reason = check_arguments(name, args)
+                if reason:
+                    return reason
     except ValueError as unreadable:  # where bash could read it otherwise, or not at all
         return f"the filter cannot read this command ({unreadable}); write it plainly or in a file"
     return None
 
-def check_words(words: list, piped: bool, depth: int) -> str | None:
-    """Judge one simple command by its program, then by the rules for its arguments."""
-    program, args = (words or [""])[0], words[1:]
-    name = program_name(program)  # /usr/bin/sudo is sudo; SUDO is sudo on a Mac
-    script = operands(args)[:1]  # bash FILE, python FILE
-    # RUN_TIME: what the machinery puts for a word only running the command can spell, $(...)
-    if program == RUN_TIME or (name in SHELLS and RUN_TIME in "".join(script)):
-        return "it runs the output of a command as code; save that to a file and read it first"
-    if set(re.sub(r"\$\{[^}]*\}|\$\w+", "", name)) & set("*?[]{}\\"):  # "$PYTHON" names one
-        return f"only bash can say which program {program} is; write its name plainly"
+def check_arguments(name: str, args: list) -> str | None:
+    """The rules, program by program: what it must not be, delete, change, write or stop."""
     if name in REFUSED_PROGRAMS:
         return f"{name} {REFUSED_PROGRAMS[name]}"
     disks = [arg for arg in args if arg.startswith(DISKS)]
-    if disks and name not in READERS:  # mkfs, fdisk, mkdosfs /dev/sdb1: whatever the name
+    if disks and name not in READERS:  # mkfs, fdisk, > /dev/sda: whatever the name
         return f"it is given the disk {disks[0]}; only a reader (lsblk, blkid) may be given one"
-    code = code_it_runs(name, args)
-    if code is not None:
-        return check_command(code, depth + 1)
-    if reads_code_from_input(name, args, piped):
-        return f"{name} reads code from its input; save it with write_file, read it, run the file"
-    if "$" not in program:
-        return check_arguments(name, args)
-    reasons = [(other, check_arguments(other, args)) for other in RULED]  # $X -rf /: as rm
-    return next((f"if {program} is {other}, {why}" for other, why in reasons if why), None)
-
-def check_arguments(name: str, args: list) -> str | None:
-    """The rules for programs whose arguments decide: what they delete, change, write or stop."""
-    paths = files_of(name, args)  # the operands, but for the script of sed or perl
+    paths = operands(args)
     if name in ("rm", "shred"):  # rm -r deletes anything but what is inside the workspace
         harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive(args) else {SYSTEM, HOME}
         return check_paths("it deletes", paths, harmful)
-    runs = {program_name(run[0]) for run in find_runs([name, *args]) if run}  # -exec's programs
-    if name == "find" and ("-delete" in args or runs - READERS):  # -exec grep: judged as grep
-        after_options = args[options_end(args, 0, {"-D"}):]  # find -L / -delete
-        starts = itertools.takewhile(lambda arg: arg[:1] not in "-(!", after_options)
-        return check_paths("find acts on", list(starts) or ["."], {SYSTEM, HOME, OUTSIDE})
+    if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
+        return check_paths("find acts on", paths, {SYSTEM, HOME, OUTSIDE})  # find / -delete
     if name in ("chmod", "chown", "chgrp"):  # [-R] MODE PATH...
         return check_paths("it changes", paths[1:], {SYSTEM, HOME} if recursive(args) else {SYSTEM})
     if name == "kill":  # kill -9 -1 signals every process; kill -1 PID sends signal 1 to PID
@@ -330,29 +298,27 @@ def check_arguments(name: str, args: list) -> str | None:
     if name in ("init", "telinit", "systemctl", "loginctl") and POWER & asked:
         return "it turns the machine off, or suspends it"
     in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
-    target = target_option(args) or paths[-1:]  # cp -t DIR FILE, or cp FILE DIR (rsync -t: times)
-    written = {"tee": paths, "truncate": paths, "mv": paths + target, "cp": target, "ln": target,
-               "install": target, "rsync": paths[-1:], "sed": paths if in_place else [],
-               "perl": paths if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
-    return check_writes(written.get(name, []))
-
-# Where a path leads, as place(word) says from its spelling alone (machinery; links on disk are
-# the wall's business). OWN: with the wall up, IN_MEMORY's folders and the home folder's.
-INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN, NETWORK = (
-    "inside", "known when it runs", "outside the workspace", "the whole workspace",
-    "the home folder", "system files", "the command's own, in memory", "the network")
+    target = paths if {"-t", "--target-directory"} & set(args) else paths[-1:]  # cp -t DIR FILE
+    writes = {">": args, "tee": paths, "truncate": paths, "mv": paths, "cp": target, "ln": target,
+              "install": target, "rsync": paths[-1:], "sed": paths[1:] if in_place else [],
+              "perl": paths[1:] if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
+    written = [path for path in writes.get(name, [])
+               if not DEVICES.fullmatch(os.path.normpath(path))]  # > /dev/null, > /dev/fd/2
+    return check_paths("it writes to", written, {SYSTEM, HOME})
 
 def check_paths(verb: str, paths: list, harmful: set) -> str | None:
     """Why this must not happen to these paths: the first that leads to a harmful place."""
-    harmed = [path for path in paths if place(path) in harmful | {NETWORK}]  # /dev/tcp/HOST/PORT
-    if not harmed:
-        return None
-    where = "the agent's own folder" if in_the_agent_s_folder(harmed[0]) else place(harmed[0])
-    return f"{verb} {harmed[0]}, which is {where}"
+    harmed = [path for path in paths if place(path) in harmful | {NETWORK}]  # > /dev/tcp/HOST/PORT
+    return f"{verb} {harmed[0]}, which is {place(harmed[0])}" if harmed else None
 
-def check_writes(targets: list) -> str | None:  # > FILE, tee FILE, cp X FILE, dd of=FILE...
-    written = [target for target in targets if not DEVICES.fullmatch(os.path.normpath(target))]
-    return check_paths("it writes to", written, {SYSTEM, HOME})
+def operands(args: list) -> list:
+    """The arguments that are not options (-rf, --force); after `--`, all of them."""
+    cut = args.index("--") if "--" in args else len(args)
+    return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
+
+def recursive(args: list) -> bool:  # -r, -R, -rf, --recursive, --recu (GNU takes a prefix)
+    flags = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
+    return "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
 
 # -- fence 4: the shell: bash inside the wall, on a layer of its own ----------------------------
 # Each command runs in bubblewrap (Linux): namespaces of its own, no capabilities, and only what
@@ -1224,45 +1190,94 @@ def bwrap_problem() -> str | None:
     return None
 
 # -- reading bash, for the filter (fence 3): tree-sitter's tree, and the words in it -----------
-RUNNERS = {  # programs that run another (and `time ! CMD`): (options with a value, operands before)
-    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
-    "nice": ({"-n", "--adjustment"}, 0),
-    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),  # timeout 5 CMD
-    "time": ({"-f", "-o"}, 0),
-    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}, 0),
-    "exec": ({"-a"}, 0),
-    "command": ({"-v", "-V"}, 0),  # command -v NAME only names a program: NAME does not run
-    "stdbuf": ({"-i", "-o", "-e"}, 0),
-    "ionice": ({"-c", "-n"}, 0),
-    "chroot": (set(), 1),  # chroot DIR CMD
-    **dict.fromkeys(["nohup", "setsid", "coproc", "builtin", "busybox", "toybox", "!"], (set(), 0))}
-INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # theirs is not
+# commands_in(command) gives the commands bash would run; place(word) where a path leads.
+
+RUN_TIME = "$__output_of_a_command__"  # stands in a word for a $(...), judged on its own
+RUNNERS = {  # programs that run the command after their options: their options that take a value
+    "env": {"-u", "-C", "--unset", "--chdir"},
+    "nice": {"-n", "--adjustment"},
+    "timeout": {"-s", "-k", "--signal", "--kill-after"},  # timeout 5 CMD: a number is skipped
+    "time": {"-f", "-o"},
+    "xargs": {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"},
+    "exec": {"-a"},
+    "command": {"-v", "-V"},  # command -v NAME only names a program: NAME does not run
+    **dict.fromkeys(["nohup", "setsid", "stdbuf", "coproc", "builtin", "busybox", "toybox", "!"],
+                    ())}
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "source", "."}
+INTERPRETERS = {"python", "pypy", "node", "nodejs", "perl", "ruby", "php"}  # fed code by a pipe
 INLINE_CODE = ("-c", "-e", "-E", "-m", "-p", "-r", "--eval", "--print")  # python -c, node -e...
 
-def code_it_runs(name: str, args: list) -> str | None:
-    """The code a program gives to a shell: bash -c CODE, eval CODE, trap CODE SIGNAL, watch CMD."""
+# bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and the
+# parser never does: commands_in reads the line both ways, one after the other. The tree is walked
+# depth first, in a loop: no recursion to overflow.
+def commands_in(command: str, depth: int = 0):
+    """Each command bash would run (in $(...), bash -c, eval, find -exec...) and each file it writes
+    (as the command `>` FILE): (program, arguments, fed by a pipe, its function). Or ValueError."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests shells or evals more than {MAX_DEPTH} levels deep")
+    if "\0" in command or "\\\r" in command:  # the parser joins lines at \<CR><LF>; bash does not
+        raise ValueError("a NUL byte, or a \\ before a carriage return, reads otherwise in bash")
+    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
+        source = text.encode(errors="surrogateescape")
+        stack = [(parse(source).root_node, None)]  # None: in no function
+        while stack:
+            node, function = stack.pop()
+            if misread(node, source):
+                spelled = node.text[:40].decode(errors="replace")
+                raise ValueError(f"bash may read {spelled!r} otherwise")
+            if node.type == "function_definition":
+                function = word_of(node.child_by_field_name("name"))
+            elif node.type == "file_redirect":
+                yield ">", redirected_to(node), False, function
+            elif node.type == "command":
+                yield from commands_run_by(words_of(node), fed_by_a_pipe(node), function, depth)
+            stack.extend((child, function) for child in reversed(node.children))
+
+def commands_run_by(words: list, piped: bool, function: str | None, depth: int):
+    """The command of these words after its runners, or those of the code it runs; then find's."""
+    if "{" in words:  # the tree reads `time { make; }` and `coproc X { make; }` as `time { make`
+        words = words[words.index("{") + 1:]
+    words = unwrap(words)
+    program = words[0] if words else ""
+    name = program if "$" in program else program_name(program)  # /usr/bin/sudo, SUDO: sudo
+    code = code_it_runs(name, words[1:], piped)
+    unknown = re.sub(r"\$\{[^}]*\}|\$\w+", "", name)  # "$PYTHON" names one program, /???/?m many
+    if RUN_TIME in (program, code) or set(unknown) & set("*?[]{\\"):
+        raise ValueError("only running it shows what it runs; save code with write_file, read it")
+    if code is not None:
+        yield from commands_in(code, depth + 1)
+    else:
+        yield name, words[1:], piped, function
+    execs = [i for i, word in enumerate(words) if word in ("-exec", "-execdir", "-ok", "-okdir")]
+    if name == "find" and execs:  # find . -exec CMD {} ; runs CMD (only the first is judged)
+        yield from commands_run_by(words[execs[0] + 1:], False, function, depth)
+
+def unwrap(words: list) -> list:
+    """The command a runner runs (RUNNERS): nice -n 5 make is make; env -S STRING is eval STRING."""
+    start = 0
+    while start < len(words) and program_name(words[start]) in RUNNERS:
+        takes_value = RUNNERS[program_name(words[start])]
+        start += 1
+        while start < len(words) and re.match(r"[-+0-9]|\w+=", words[start]):  # -n, 5, NAME=1
+            if words[start] == "-S":  # env -S 'rm -rf /'
+                return ["eval", *words[start + 1:]]
+            start += 2 if words[start] in takes_value else 1
+    return words[start:]
+
+def code_it_runs(name: str, args: list, piped: bool) -> str | None:
+    """The code it gives a shell (bash -c CODE, eval, trap, watch); RUN_TIME if it reads input."""
     dash_c = [i for i, arg in enumerate(args) if re.fullmatch(r"[-+][a-z]*c[a-z]*", arg)]
     if name in SHELLS and dash_c:  # bash -c CODE, bash -ec CODE
         return " ".join(operands(args[dash_c[0] + 1:])[:1])
-    if name in ("eval", "trap"):  # trap CODE SIGNAL: the signal is judged as a word of the code
+    if name in ("eval", "trap", "watch"):  # trap CODE SIGNAL: SIGNAL is judged as a word of CODE
         return " ".join(operands(args))
-    if name == "watch":  # watch -n 5 'make test': its words go to sh -c
-        return " ".join(args[options_end(args, 0, {"-n", "--interval"}):])
-    return None
-
-def reads_code_from_input(name: str, args: list, piped: bool) -> bool:
-    """A shell given no script (bash, bash -s, sh -), or an interpreter fed by a pipe with no script
-    and no inline code (curl x | python3): code nobody has read comes from its input."""
-    script = operands(args)[:1]
-    from_input = not script or script[0] in ("-", "/dev/stdin")
-    if name in SHELLS:
-        options = args[:args.index(script[0])] if script else args  # bash x.sh -s: x.sh's own
-        return (from_input or "-s" in options) and not {"--version", "--help"} & set(args)
-    inline = any(arg.startswith(INLINE_CODE) for arg in args)
-    return piped and name.rstrip("0123456789.") in INTERPRETERS and from_input and not inline
-
-# commands_in(command) gives the commands and redirections of its tree in the order bash reads
-# them, their words unexpanded; place(word) where a path leads; then the helpers for arguments.
+    script = operands(args)[:1]  # bash FILE, python3 FILE
+    options = args[:args.index(script[0])] if script else args  # bash x.sh -s: x.sh's own
+    from_input = script in ([], ["-"], ["/dev/stdin"], [RUN_TIME]) or "-s" in options  # bash -s
+    inline = any(arg.startswith(INLINE_CODE) for arg in args)  # python -c CODE, node -e CODE
+    fed = piped and name.rstrip("0123456789.") in INTERPRETERS and not inline  # curl x | python3
+    shell = name in SHELLS and not {"--version", "--help"} & set(args)  # curl x | sh, bash <(...)
+    return RUN_TIME if from_input and (shell or fed) else None
 
 @functools.cache
 def bash_parser():
@@ -1271,90 +1286,28 @@ def bash_parser():
     import tree_sitter_bash
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
-def commands_in(command: str):
-    """What check_command judges, in the order bash reads it: for each command, (its words, [],
-    whether a pipe feeds it, the function it sits in, or ""); for each redirection, ([], the files
-    it writes, False, the function). $NAME is the literal NAME was set to earlier (X=sudo; $X ls).
-    ValueError where bash would read the text otherwise than the tree says (misread)."""
-    # bash joins the lines around a \ before a newline, but not in '...' or a quoted heredoc, and
-    # the parser never does: read the line both ways, one after the other
-    if "\\\r" in command:  # the parser joins lines at \<CR><LF> too; bash keeps the <CR> in a word
-        raise ValueError("bash reads a \\ before a carriage return otherwise")
-    for text in dict.fromkeys([command, command.replace("\\\n", "")]):
-        tree, source = parse_as_bash(text.encode(errors="surrogateescape"))
-        stack = [(tree.root_node, "", "")]  # depth first, in a loop: no recursion to overflow
-        variables = {}
-        cd_goes_to_its_word = not re.search(CD_ELSEWHERE, source)
-        home_set = re.search(rb"(?<![${\w])HOME\b", source)  # HOME=x, read HOME: ~ is x then
-        while stack:
-            node, function, folder = stack.pop()  # folder: where a command runs, after a cd
-            if misread(node, source):
-                spelled = node.text[:40].decode(errors="replace")
-                raise ValueError(f"bash may read {spelled!r} otherwise")
-            if node.type == "variable_assignment":
-                variables.update(assignment(node))
-            elif node.type == "file_redirect":
-                yield [], home_unchanged(redirected_to(node), home_set), False, function
-            elif node.type == "command":
-                words = [part for word in words_of(node) for part in variables.get(word, [word])]
-                words = in_folder(home_unchanged(words, home_set), folder)
-                yield words, [], fed_by_a_pipe(node), function
-            elif node.type == "function_definition":
-                function = word_of(node.child_by_field_name("name"))
-            children = node.children  # pushed last first: the stack gives them back in order
-            last = folder_of(node) if cd_goes_to_its_word else ""
-            stack.extend((child, function, last) for child in children[-1:])
-            stack.extend((child, function, "") for child in reversed(children[:-1]))
-
-def parse_as_bash(source: bytes) -> tuple:
-    """The tree of source, and the source it read. bash reads `[` as a command like any other, which
-    runs nothing (`[ "$a" \\< "$b" ]`); the tree reads a test there, and cannot take a < or > in
-    it. Where such a [ begins an error in the tree, it becomes `:`, which runs nothing either, and
-    the line is read again."""
-    tree = parse(source)
-    errors = [tree.root_node] if tree.root_node.has_error else []
-    brackets = []
-    while errors:
-        node = errors.pop()
-        if node.is_error:
-            brackets += [child.start_byte for child in node.children if child.type == "["]
-        errors.extend(child for child in node.children if child.has_error)
-    fixed = bytearray(source)
-    for at in brackets:
-        before, after = source[at - 1:at] if at else b" ", source[at + 1:at + 2]
-        if before in b" \t\n;&|(!" and after in (b" ", b"\t"):
-            fixed[at:at + 1] = b":"
-    return (tree, source) if fixed == source else (parse(bytes(fixed)), bytes(fixed))
-
-def home_unchanged(words: list, home_set) -> list:
-    """words, unless the line sets HOME and, with the wall up, one of them starts with ~ or $HOME:
-    place() reads those as the home folder, and bash as the new value: ValueError."""
-    if home_set and not sandbox_off() and any(re.match(r"~|\$\{?HOME\b", w) for w in words):
-        raise ValueError("it sets HOME, then names a path by ~ or $HOME")
-    return words
-
+# A bash line takes the parser about two readings of it; its error recovery can take a number that
+# grows with the length (`;|` repeated: 2,476 over 10 KB), so parse gives it the line in pieces
+# and stops past four readings.
 def parse(source: bytes):
-    """The tree of source, read in pieces. A bash line takes the parser about two readings of it;
-    its error recovery can take a number that grows with the length (`;|` repeated: 2,476 over
-    10 KB), so past four readings the parse stops, and so does the filter: ValueError."""
+    """The tree of source; ValueError if the parser would read it over and over."""
     budget = 4 * len(source) + 1024  # bytes, and one for each piece
-
     def piece(offset: int, _point) -> bytes:
         nonlocal budget
         budget -= len(source[offset:offset + 256]) + 1
         return source[offset:offset + 256] if budget >= 0 else b""
-
     tree = bash_parser().parse(piece)
     if budget < 0:
         raise ValueError("the parser would read it over and over, as it does what is not bash")
     budget = float("inf")  # node.text reads through piece too, after the parse
     return tree
 
+# Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which bash
+# reads and the tree takes for an error); found by review, a # that bash reads as part of a word
+# (echo \ #), a heredoc that bash ends on another line, backquotes inside backquotes, a $ before a
+# newline, an empty { }, a file descriptor the tree takes for an argument (0<<<'x').
 def misread(node, source: bytes) -> bool:
-    """Where tree-sitter and bash part: an error or a missing node in the tree (but 3<>file, which
-    bash reads and the tree takes for an error); found by review, a # that bash reads as part of a
-    word (echo \\ #), a heredoc that bash ends on another line, backquotes inside backquotes, a $
-    before a newline, an empty { }, a file descriptor the tree takes for an argument (0<<<'x')."""
+    """Could bash read this node otherwise than the tree does?"""
     if node.is_error or node.is_missing:
         after_a_less = node.prev_sibling is not None and node.prev_sibling.type == "<"
         return node.is_missing or node.text != b">" or not after_a_less  # 3<>file
@@ -1377,8 +1330,7 @@ def misread(node, source: bytes) -> bool:
     return node.type == "compound_statement" and node.named_child_count == 0
 
 def words_of(command) -> list:
-    """The words of a command's name and arguments, and those the tree puts after a redirection
-    (rm -rf 2>/dev/null /etc: bash gives /etc to rm)."""
+    """Its name and arguments, and the words after a redirection (rm -rf 2>/dev/null /etc)."""
     nodes = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
     around = command.parent.children if command.parent.type == "redirected_statement" else []
     for redirect in [*command.children, *around]:
@@ -1395,198 +1347,57 @@ def word_of(node) -> str:
         return re.sub(r"\\(.)", r"\1", text.replace("\\\n", ""), flags=re.DOTALL)
     if node.type == "raw_string":  # '...'
         return text[1:-1]
-    if node.type == "ansi_c_string":  # $'\x72m' is rm
-        with warnings.catch_warnings(action="ignore"), contextlib.suppress(UnicodeDecodeError):
-            return text[2:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-        return text[2:-1]
     if node.type == "string_content":  # inside "...", a backslash escapes only \ " $ `
         return re.sub(r'\\([\\"$`])', r"\1", text.replace("\\\n", ""))
-    parts = [child for child in node.children if child.type != '"']
-    if node.type == "string" and [part.type for part in parts] == ["command_substitution"]:
-        return program_named(parts[0])  # "$(command -v python3)" is python3
     if node.type in ("string", "concatenation", "command_name"):
-        return "".join(word_of(part) for part in parts)
-    return text  # $X, ${X}, $((1+2)), {a,b}: as written
-
-def program_named(substitution) -> str:
-    """NAME for $(command -v NAME) or $(which NAME) in quotes, where it is one word and, if NAME
-    is not found, an empty one that runs nothing (unquoted, the next word would run); else
-    RUN_TIME."""
-    inside = substitution.named_children
-    alone = len(inside) == 1 and inside[0].type == "command"
-    words = words_of(inside[0]) if alone else []
-    named = words[:-1] in (["command", "-v"], ["which"]) and words[-1][:1] not in ("-", "")
-    return words[-1] if named else RUN_TIME
-
-def assignment(node) -> dict:
-    """$NAME and ${NAME} -> the words of NAME's literal value, for NAME=value on a line of its own
-    (or after export); empty if it is set for one command only (NAME=1 cmd). A value bash
-    computes leaves $NAME unknown."""
-    if node.parent.type == "command":
-        return {}
-    name, value = word_of(node.child_by_field_name("name")), node.child_by_field_name("value")
-    text = word_of(value) if value else ""
-    words = text.split() if "$" not in text else ["$" + name]
-    return {"$" + name: words, "${" + name + "}": words}
+        return "".join(word_of(part) for part in node.children if part.type != '"')
+    return text  # $X, ${X}, $'\x72m', $((1+2)), {a,b}: as written
 
 def fed_by_a_pipe(node) -> bool:
-    """Is the command's input a pipe: not first in a pipeline, or in a ( ) or { } that is?"""
-    while node.parent and node.parent.type in ("redirected_statement", "subshell",
-                                               "compound_statement", "negated_command"):
+    """Is the command's input a pipe: is it, with its redirections, not first in a pipeline?"""
+    if node.parent.type == "redirected_statement":
         node = node.parent
-    piped = node.parent is not None and node.parent.type == "pipeline"
-    return piped and node.prev_sibling is not None
+    return node.parent.type == "pipeline" and node.prev_sibling is not None
 
 def redirected_to(redirect) -> list:
     """The file a redirection writes to (> FILE, >> FILE, &> FILE, >| FILE, <> FILE), as a list."""
     destination = redirect.child_by_field_name("destination")
     operators = [part.text for part in redirect.children if part.is_error or not part.is_named]
     to_a_file = destination and destination.type != "number"  # 2>&1 writes to no file
-    writes = b">" in b"".join(operators) and to_a_file
-    return [word_of(destination)] if writes and word_of(destination) != "-" else []
-
-CD_ELSEWHERE = rb"CDPATH|trap|alias|function|\(\s*\)"  # then cd DIR may not go to DIR
-CHANGES_FOLDER = {"cd", "pushd", "popd", "eval", "source", ".", "builtin", "command"}
-
-def folder_of(chain) -> str:
-    """Where the last command of a chain of &&s runs, as a path in the workspace: in `cd DIR && a
-    && b` (which the tree nests to the left; read MAX_DEPTH deep), b runs in DIR if DIR is a
-    folder of the workspace and a cannot change the folder; else "", the workspace, as elsewhere."""
-    if chain.type != "list" or chain.children[-1].type != "command":
-        return ""
-    for _ in range(MAX_DEPTH):
-        first = chain.children[0]
-        if chain.children[1].type != "&&" or first.type not in ("list", "command"):
-            return ""
-        command = first.children[-1] if first.type == "list" else first
-        name = command.child_by_field_name("name") if command.type == "command" else None
-        program = word_of(name) if name else ""
-        if first.type == "command":
-            into = [word_of(arg) for arg in first.children_by_field_name("argument")]
-            plain = program == "cd" and len(into) == 1 and into[0][:1] not in ("-", "$", "")
-            folder = os.path.normpath(into[0]) if plain else ""
-            return folder if folder and place(folder) == INSIDE else ""
-        if not program or program in CHANGES_FOLDER or "$" in program:
-            return ""
-        chain = first
-    return ""
-
-def in_folder(words: list, folder: str) -> list:
-    """The words of a command run in folder: a relative glob (*, ./*, *.o) is folder's."""
-    if not folder:
-        return words
-    globs = [word for word in words[1:] if set(word) & set("*?[") and word[:1] not in "/~$-"]
-    return words[:1] + [os.path.join(folder, word) if word in globs else word for word in words[1:]]
-
-def unwrap(words: list) -> list:
-    """The command a runner runs (RUNNERS): nice -n 5 make is make. env -S STRING splits STRING as
-    a shell would, so it is judged as eval's code is. The tree does not know a group after `time`
-    or `coproc NAME`: it reads `time { make; }` as the commands `time { make` and `}`, which are
-    make and nothing."""
-    start = 0
-    while start < len(words) and program_name(words[start]) in RUNNERS:
-        name = program_name(words[start])
-        takes_value, before = RUNNERS[name]
-        end = options_end(words, start + 1, takes_value | {"-S"})
-        if name == "env" and "-S" in words[start + 1:end]:  # env -S 'rm -rf /'
-            return ["eval", *words[words.index("-S", start) + 1:]]
-        start = end + before
-        if name == "coproc" and words[start + 1:start + 2] == ["{"]:  # coproc NAME { make; }
-            start += 1
-        if name in ("time", "coproc") and words[start:start + 1] == ["{"]:
-            start += 1
-    return words[start:] if words != ["}"] else []
-
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
-               "srv", "sys", "usr", "var", "Users", "System", "Library"}
-
-def place(word: str) -> str:
-    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3).
-    ~ and $HOME are the home folder: with the wall up, it is in memory, and where it is counts."""
-    home = re.match(r"(~|\$HOME\b|\$\{HOME\})(?=/|$)", word)  # not ~user: another user's home
-    in_memory = IN_MEMORY
-    if word.startswith("~") or re.match(r"\$\{?HOME\b", word):
-        if not home or sandbox_off() or not Path.home().is_absolute():
-            return HOME
-        in_memory = [*IN_MEMORY, os.path.realpath(Path.home())]  # as the wall, where it leads
-        word = in_memory[-1] + word[home.end():]
-    if word.startswith("$") or RUN_TIME in word:
-        return UNKNOWN
-    if re.match(r"/dev/(tcp|udp)/", os.path.normpath(word)):  # bash connects: > /dev/tcp/HOST/PORT
-        return NETWORK
-    last = word.rstrip("/").rsplit("/", 1)[-1]
-    folder = word.rstrip("/")[:-len(last)] if last in ("*", ".*") else word  # * stands for ./
-    workspace = os.path.normpath(WORKDIR)
-    path = "/" + os.path.normpath(os.path.join(workspace, folder or ".")).lstrip("/")  # //etc: /etc
-    if path == workspace:
-        return WORKSPACE
-    if path.startswith(workspace + "/"):
-        return INSIDE
-    own = any(path == folder or path.startswith(folder + "/") for folder in in_memory)
-    holds_the_workspace = workspace.startswith(path + "/")  # the workspace lies in /tmp, or in ~
-    if own and not sandbox_off() and not holds_the_workspace:
-        return OWN  # the wall's /tmp, or home folder: gone when the command ends
-    if home and own:
-        return HOME
-    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
-
-def options_end(args: list, start: int, takes_value: set) -> int:
-    """Where a program's options end, from start: after their values (nice -n 5), after NAME=value
-    words (env), after a `--`."""
-    i = start
-    while i < len(args) and (args[i][:1] == "-" or re.match(r"\w+=", args[i])):
-        if args[i] == "--":
-            return i + 1
-        i += 2 if args[i] in takes_value else 1
-    return i
-
-def find_runs(words: list) -> list:
-    """The commands of find's -exec, -execdir, -ok and -okdir, each up to its ; or +."""
-    commands, command = [], None
-    for word in words if words[:1] == ["find"] else []:
-        if word in ("-exec", "-execdir", "-ok", "-okdir"):
-            command = []
-            commands.append(command)
-        elif word in (";", "+") or command is None:
-            command = None
-        else:
-            command.append(word)
-    return commands
-
-def operands(args: list) -> list:
-    """The arguments that are not options (-rf, --force); after `--`, all of them."""
-    cut = args.index("--") if "--" in args else len(args)
-    return [arg for arg in args[:cut] if arg[:1] != "-" or arg == "-"] + args[cut + 1:]
-
-def files_of(name: str, args: list) -> list:
-    """The operands, but for the script of a program of SCRIPT_OPTIONS: the value of an option
-    (sed -e SCRIPT FILE), or else the first operand (sed SCRIPT FILE)."""
-    given = {i + 1 for i, arg in enumerate(args) if arg in SCRIPT_OPTIONS.get(name, ())}
-    files = operands([arg for i, arg in enumerate(args) if i not in given])
-    return files[1:] if name in SCRIPT_OPTIONS and not given else files
+    return [word_of(destination)] if b">" in b"".join(operators) and to_a_file else []
 
 def program_name(word: str) -> str:
     return word.rsplit("/", 1)[-1].lower()
 
-def recursive(args: list) -> bool:  # -r, -R, -rf, --recursive, --recu (GNU takes a prefix)
-    flags = "".join(arg for arg in args if arg[:1] == "-" and arg[1:2] != "-")
-    return "r" in flags.lower() or any(arg.startswith("--r") for arg in args)
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "sbin",
+               "srv", "sys", "usr", "var", "Users", "System", "Library"}
 
-def target_option(args: list) -> list:
-    """The folder named by -t DIR, -tDIR or --target-directory[=]DIR, as a list (empty if none)."""
-    for i, arg in enumerate(args):
-        if arg in ("-t", "--target-directory"):
-            return args[i + 1:i + 2]
-        if arg.startswith("--target-directory="):
-            return [arg.split("=", 1)[1]]
-        if arg.startswith("-t"):
-            return [arg[2:]]
-    return []
-
-def in_the_agent_s_folder(word: str) -> bool:
-    """For a refusal's reason only (verdicts never expand ~): does word lead into HERE?"""
-    path = os.path.expanduser(re.sub(r"^\$\{?HOME\}?", "~", word))
-    return Path(os.path.normpath(os.path.join(WORKDIR, path))).is_relative_to(HERE)
+# With the wall up, /tmp, /run and the home folder are the command's own, in memory, unless they
+# hold the workspace. Without it, ~ and $HOME are the home folder by their spelling: a verdict
+# never depends on where the home folder lies.
+def place(word: str) -> str:
+    """Where a path leads, from its spelling: INSIDE, WORKSPACE, HOME, SYSTEM, OWN... (fence 3)."""
+    home = re.match(r"(~|\$HOME\b|\$\{HOME\})(?=/|$)", word)  # not ~user: another user's home
+    if re.match(r"~|\$\{?HOME\b", word) and (not home or sandbox_off()):
+        return HOME
+    if home:
+        word = os.path.realpath(Path.home()) + word[home.end():]  # as the wall, where it leads
+    if word.startswith("$") or RUN_TIME in word:
+        return UNKNOWN
+    workspace = os.path.normpath(WORKDIR)
+    folder = re.sub(r"(^|/)\.?\*/*$", r"\1.", word)  # rm -rf * or .*: all the folder holds
+    path = "/" + os.path.normpath(os.path.join(workspace, folder)).lstrip("/")  # //etc is /etc
+    if path.startswith(("/dev/tcp/", "/dev/udp/")):  # bash connects: > /dev/tcp/HOST/PORT
+        return NETWORK
+    if f"{path}/".startswith(f"{workspace}/"):  # the workspace, or a path in it
+        return WORKSPACE if path == workspace else INSIDE
+    in_memory = [*IN_MEMORY, os.path.realpath(Path.home())] if home else IN_MEMORY
+    own = any(f"{path}/".startswith(f"{folder}/") for folder in in_memory)
+    if own and not sandbox_off() and not workspace.startswith(f"{path}/"):
+        return OWN  # the wall's /tmp, or its home folder: gone when the command ends
+    if home and own:
+        return HOME  # it holds the workspace
+    return SYSTEM if path == "/" or path.split("/")[1] in SYSTEM_DIRS else OUTSIDE
 
 
 waiting = False  # a line ended in "\r" is on the screen: what comes next clears it first
