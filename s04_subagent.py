@@ -189,17 +189,18 @@ RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".hg", ".jj", 
                 ".claude", ".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshenv",
                 ".zprofile", ".zshrc"}
 
-def check_door(file: Path, writing: bool) -> None:
+def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
     """May a tool read (or write) this file of the workspace? Raise PermissionError with the
     reason if not. The file tools ask before they act; run_bash asks for each change a command
-    made, new names and deleted ones alike, before it keeps the change (apply_changes)."""
+    made, new names and deleted ones alike, before it keeps the change (apply_changes), and
+    passes `known`: what the door learned of the folders above, which stays true meanwhile."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
     if any(is_secret(name) for name in names) or str(file) in secret_files():
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
-    if ".git" in names or in_a_repository(file, workspace):
+    if ".git" in names or in_a_repository(file, workspace, {} if known is None else known):
         raise PermissionError("the history is the user's: git runs what a repository holds")
     if names & RUN_BY_TOOLS:
         raise PermissionError("other tools run it on their own (git, editors, shells)")
@@ -218,20 +219,26 @@ def pythons() -> list:
 
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
-def in_a_repository(file: Path, workspace: Path) -> bool:
+def in_a_repository(file: Path, workspace: Path, known: dict) -> bool:
     """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it: a bare
     app.git, the folder a .git file points to), the workspace too, or would it make one? The last
-    of the three is refused, so no command makes a repository, in one step or over several."""
-    for folder in [file, *file.parents]:  # the file itself first: it may be a repository
-        if all(os.path.lexists(folder / name) for name in GIT_MADE):  # is one already
-            return True
-        if folder == workspace:
-            return False
-        if folder.name in GIT_MADE:  # would it be the third, beside the other two?
-            others = [folder.parent / name for name in GIT_MADE if name != folder.name]
-            if all(map(os.path.lexists, others)):
-                return True
-    return False
+    is refused, so no command makes a repository, in one step or over several. `known` keeps,
+    for each folder seen, whether it or one above it is one: a deep change costs no more."""
+    others = [file.parent / name for name in GIT_MADE if name != file.name]
+    if file.name in GIT_MADE and all(map(os.path.lexists, others)):  # the third, beside two?
+        return True
+    folder, seen = file, []  # up from the file itself (it may be one) to a folder known
+    while folder not in known:
+        seen.append(folder)
+        if all(os.path.lexists(folder / name) for name in GIT_MADE):  # one already
+            known[folder] = True
+        elif folder in (workspace, folder.parent):
+            known[folder] = False
+        else:
+            folder = folder.parent
+    for below in seen:
+        known[below] = known[folder]
+    return known[folder]
 
 
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
@@ -355,13 +362,13 @@ def run_bash(command: str) -> str:
 def apply_changes(layer: Path) -> dict:
     """Bring each change the command made into the workspace, each through check_door; return
     the paths not kept, by reason. Nothing is written through a link (see bring_in)."""
-    not_kept = {}
+    not_kept, known = {}, {}  # known: what the door learned of the folders above
     for path, kind in changes_in(layer):  # top down: a folder before what is in it
         try:
-            check_door(WORKDIR.resolve() / path, writing=True)
+            check_door(WORKDIR.resolve() / path, writing=True, known=known)
             bring_in(layer, path, kind)
         except OSError as error:  # PermissionError from the door, or the disk's own error
-            not_kept.setdefault(error.strerror or str(error), []).append(str(path))
+            not_kept.setdefault(error.strerror or str(error), []).append(path)
     return not_kept
 
 # The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
@@ -716,69 +723,74 @@ def changes_in(layer: Path):
     """Each change a command made, from its layer, top down: (path in the workspace, kind), kind
     "deleted", "folder", "file", "link" or "other" (a FIFO, a socket, a device). A deleted (or
     replaced) folder comes as each path in it, deepest first; the walk goes into a new folder
-    only once it is a real folder of the workspace, so nothing is written through a link."""
-    upper, workspace = layer / "upper", WORKDIR.resolve()
-    folders = [Path()]  # to go through, relative to `upper` and to the workspace alike
+    only once it is a real folder of the workspace, so nothing is written through a link. Paths
+    are text, joined with os.path: a deep Path costs its depth each time it is made."""
+    upper, workspace = str(layer / "upper"), str(WORKDIR.resolve())
+    folders = [""]  # to go through, relative to `upper` and to the workspace alike
     while folders:
         folder = folders.pop()
         try:
-            os.chmod(upper / folder, stat.S_IRWXU)  # the command may have made it unlistable
-            entries = list(os.scandir(upper / folder))
+            os.chmod(os.path.join(upper, folder), stat.S_IRWXU)  # the command may have closed it
+            entries = list(os.scandir(os.path.join(upper, folder)))
         except OSError:
             yield folder, "unlistable"
             continue
-        if is_opaque(upper / folder):  # deleted and made again: what was in it is gone
+        if is_opaque(os.path.join(upper, folder)):  # deleted and made again: its past is gone
             kept = {entry.name for entry in entries}
-            for name in sorted(set(os.listdir(workspace / folder)) - kept):
-                yield from deleted(folder / name)
+            for name in sorted(set(os.listdir(os.path.join(workspace, folder))) - kept):
+                yield from deleted(os.path.join(folder, name))
         for entry in entries:
-            path, target = folder / entry.name, workspace / folder / entry.name
-            status = entry.stat(follow_symlinks=False)
-            was_folder = target.is_dir() and not target.is_symlink()
-            if stat.S_ISCHR(status.st_mode) and status.st_rdev == 0:  # a whiteout: deleted
-                yield from deleted(path)
-                continue
-            if stat.S_ISDIR(status.st_mode) and was_folder:  # no change in itself
+            path = os.path.join(folder, entry.name)
+            target = os.path.join(workspace, path)
+            kind = kind_of(entry.stat(follow_symlinks=False))
+            was_folder = os.path.isdir(target) and not os.path.islink(target)
+            if kind == "folder" and was_folder:  # no change in itself: go through it
                 folders.append(path)
                 continue
-            if was_folder or (stat.S_ISDIR(status.st_mode) and os.path.lexists(target)):
-                yield from deleted(path)  # a folder replaced by a file, or a file by a folder
-            yield path, kind_of(status.st_mode)
-            if stat.S_ISDIR(status.st_mode) and target.is_dir() and not target.is_symlink():
+            if kind == "deleted" or was_folder or kind == "folder" and os.path.lexists(target):
+                yield from deleted(path)  # deleted, or replaced: a folder by a file, or back
+            if kind != "deleted":
+                yield path, kind
+            if kind == "folder" and os.path.isdir(target) and not os.path.islink(target):
                 folders.append(path)  # the door let it in
 
-def kind_of(mode: int) -> str:
+def kind_of(status: os.stat_result) -> str:
+    """An entry of the layer: overlayfs records a deletion as a character device 0/0."""
+    if stat.S_ISCHR(status.st_mode) and status.st_rdev == 0:
+        return "deleted"
     kinds = {stat.S_IFDIR: "folder", stat.S_IFREG: "file", stat.S_IFLNK: "link"}
-    return kinds.get(stat.S_IFMT(mode), "other")
+    return kinds.get(stat.S_IFMT(status.st_mode), "other")
 
-def deleted(path: Path):
+def deleted(path: str):
     """A deleted workspace path as changes: each path in it, deepest first, then the path."""
-    workspace = WORKDIR.resolve()
+    workspace = str(WORKDIR.resolve())
     found, paths = [], [path]
     while paths:  # in a loop: a tree may be deeper than Python recurses
         path = paths.pop()
         found.append(path)
-        if (workspace / path).is_dir() and not (workspace / path).is_symlink():
+        target = os.path.join(workspace, path)
+        if os.path.isdir(target) and not os.path.islink(target):
             with contextlib.suppress(OSError):  # unlistable: it cannot be deleted either
-                paths += [path / name for name in os.listdir(workspace / path)]
+                paths += [os.path.join(path, name) for name in os.listdir(target)]
     for path in reversed(found):  # what is in a folder before the folder
         yield path, "deleted"
 
-def bring_in(layer: Path, path: Path, kind: str) -> None:
+def bring_in(layer: Path, path: str, kind: str) -> None:
     """Make `path` of the workspace what the layer holds there. A file or a link is moved in
     whole (a hard link's other name keeps the old content); a folder is made, with its mode, but
     its owner can always go in; a file keeps no setuid, setgid or sticky bit."""
-    source, target = layer / "upper" / path, WORKDIR.resolve() / path
-    if kind == "deleted" and target.is_dir() and not target.is_symlink():
+    source = os.path.join(layer, "upper", path)
+    target = os.path.join(WORKDIR.resolve(), path)
+    if kind == "deleted" and os.path.isdir(target) and not os.path.islink(target):
         os.rmdir(target)  # fails if the door kept something in it
     elif kind == "deleted":
         with contextlib.suppress(FileNotFoundError):
             os.unlink(target)
     elif kind == "folder":
-        os.mkdir(target, source.lstat().st_mode & 0o777 | stat.S_IRWXU)
+        os.mkdir(target, os.lstat(source).st_mode & 0o777 | stat.S_IRWXU)
     elif kind in ("file", "link"):
         if kind == "file":
-            os.chmod(source, source.stat().st_mode & 0o777)
+            os.chmod(source, os.lstat(source).st_mode & 0o777)
         move_in(source, target)
     elif kind == "unlistable":
         raise PermissionError("its folder in the layer could not be listed")
@@ -1046,14 +1058,14 @@ def remove_layer(layer: Path | None) -> None:
             else:
                 os.unlink(path)
 
-def is_opaque(folder: Path) -> bool:
+def is_opaque(folder: str) -> bool:
     """A folder deleted and made again: overlayfs marks it opaque, and hides what was below."""
     try:
         return os.getxattr(folder, "user.overlay.opaque", follow_symlinks=False) == b"y"
     except OSError:  # no such attribute
         return False
 
-def move_in(source: str, target: Path) -> None:
+def move_in(source: str, target: str) -> None:
     """Move a file or link of the layer into the workspace in one step: a rename, or where the
     layer is on another file system, a copy made beside the target, renamed over it."""
     try:
@@ -1062,7 +1074,8 @@ def move_in(source: str, target: Path) -> None:
     except OSError as error:
         if error.errno != errno.EXDEV:
             raise
-    copy = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
+    folder, name = os.path.split(target)
+    copy = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")
     try:
         if os.path.islink(source):
             os.symlink(os.readlink(source), copy)
