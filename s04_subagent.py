@@ -23,6 +23,7 @@ import collections
 import contextlib
 import difflib
 import errno
+import fcntl
 import functools
 import json
 import os
@@ -352,6 +353,9 @@ def run_bash(command: str) -> str:
         output += f"\n(exit code {code})"
     if limits:
         output += f"\n(the command met the wall's limit of {' and '.join(limits)})"
+    if layer and any(folder in command for folder in OWN_FOLDERS):  # a hint, not a verdict
+        output += ("\n(/tmp and the home folder are the command's own, in the wall's memory: what"
+                   " it wrote there, outside the workspace, is gone)")
     for why, paths in not_kept.items():  # a line for each reason, naming up to three paths
         more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
         output += f"\n(not kept: {', '.join(paths[:3])}{more}: {why})"
@@ -387,6 +391,7 @@ def apply_changes(layer: Path) -> dict:
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
 # Makefile, a .pth in .venv): review it with `git status --ignored`.
 
+OWN_FOLDERS = ("/tmp", "/var/tmp", "~", "$HOME", "${HOME}")  # in memory: see the policy
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
@@ -691,14 +696,18 @@ def new_layer():
     if sandbox_off():
         yield None
         return
-    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=layers_folder()))
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-making-", dir=layers_folder()))
+    held = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # while this session lives (remove_dead_layers)
+        layer = layer.rename(layer.with_name(layer.name.replace("making", "layer")))
         (layer / "upper").mkdir()
         (layer / "work").mkdir()
         (layer / "empty").touch(mode=0o444)
         yield layer
     finally:
         remove_layer(layer)
+        os.close(held)
 
 def run_walled(command: str, layer: Path | None) -> tuple:
     """Run bash on `command` inside the wall, its changes kept in `layer` (no layer: no wall), in
@@ -1038,25 +1047,59 @@ def limits_met(group: list, output: bytes, failed: bool) -> list:
     return met
 
 def remove_layer(layer: Path | None) -> None:
-    """Remove a command's layer, with what the door did not let in; overlayfs leaves a folder
-    no one may enter in work/ (mode 000), and so may the command in upper/."""
-    if layer is None:
+    """Remove a layer and all it holds, however deep: it goes from folder to folder by
+    descriptor, so no path grows past the system's limit (a command may make a longer one),
+    opens what the command or overlayfs closed (mode 000), and never follows a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(layer, flags)
+    except (OSError, TypeError):  # gone already, or None: no layer
         return
-    folders, found = [str(layer)], []
-    while folders:  # top down, in a loop (os.walk and rmtree recurse before Python 3.12)
-        folder = folders.pop()
-        found.append(folder)
+    left = [None]  # for each folder on the way down, the folders in it still to remove
+    try:
+        while left:
+            if left[-1] is None:  # just come in: delete its files and links, note its folders
+                left[-1] = []
+                with contextlib.suppress(OSError), os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            left[-1].append(entry.name)
+                        else:
+                            os.unlink(entry.name, dir_fd=folder)
+            elif left[-1]:  # go down into the next folder
+                with contextlib.suppress(OSError):
+                    os.chmod(left[-1][-1], stat.S_IRWXU, dir_fd=folder)
+                try:
+                    inner = os.open(left[-1][-1], flags, dir_fd=folder)
+                except OSError:
+                    left[-1].pop()  # it cannot be gone through: it stays
+                    continue
+                os.close(folder)
+                folder = inner
+                left.append(None)
+            else:  # all in it is gone: go up, and remove it
+                left.pop()
+                if left:
+                    inner, folder = folder, os.open("..", flags, dir_fd=folder)
+                    os.close(inner)
+                    with contextlib.suppress(OSError):
+                        os.rmdir(left[-1].pop(), dir_fd=folder)
+    finally:
+        os.close(folder)
+    with contextlib.suppress(OSError):
+        os.rmdir(layer)
+
+def remove_dead_layers(folder: Path) -> None:
+    """Remove the layers of sessions that died (killed, or the machine stopped): a session holds
+    a lock on each of its layers while it lives, so a layer that can be locked is a dead one's."""
+    for layer in folder.glob("coding-agent-layer-*"):
         with contextlib.suppress(OSError):
-            os.chmod(folder, stat.S_IRWXU)  # a real folder: listed so, links not followed
-            for entry in os.scandir(folder):
-                is_folder = entry.is_dir(follow_symlinks=False)
-                (folders if is_folder else found).append(entry.path)
-    for path in reversed(found):  # what is in a folder before the folder
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.rmdir(path)
-            else:
-                os.unlink(path)
+            held = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: alive
+                remove_layer(layer)
+            finally:
+                os.close(held)
 
 def is_opaque(folder: str) -> bool:
     """A folder deleted and made again: overlayfs marks it opaque, and hides what was below."""
@@ -1099,12 +1142,13 @@ def layers_folder() -> Path | None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             folder.mkdir(parents=True, exist_ok=True)
             if layer_problem(folder) is None:
+                remove_dead_layers(folder)
                 return folder
     return None
 
 def layer_problem(folder: Path) -> str | None:
     """Why bubblewrap cannot make a layer in `folder`, or None: it tries, on an empty folder."""
-    layer = Path(tempfile.mkdtemp(prefix="coding-agent-layer-", dir=folder))
+    layer = Path(tempfile.mkdtemp(prefix="coding-agent-probe-", dir=folder))
     try:
         for name in ("lower", "upper", "work"):
             (layer / name).mkdir()
@@ -1644,6 +1688,12 @@ def wall_state() -> None:
              f".git, .env files and what tools run; the system read-only, the rest hidden, "
              f"{network}", grey=True)
 
+def end_on_signals() -> None:
+    """SIGTERM, and SIGHUP (its terminal closed), end the agent as Ctrl-C does: through every
+    `finally` on the way out, so no command, layer or cgroup outlives it."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, lambda number, frame: sys.exit(128 + number))
+
 def main() -> int:
     global client, API_TIMEOUT, API_RETRIES, MAX_TOKENS, MAX_MODEL_CALLS, WORKDIR
     from dotenv import load_dotenv  # here: a missing package is said plainly (see the end)
@@ -1679,6 +1729,7 @@ def main() -> int:
              file=sys.stderr)
         return 2
     wall_state()
+    end_on_signals()
     save_transcript("")  # can it be written? If not, it says so now and recording is off
     model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
     show(f"model {model} at {base_url().rstrip('/')}", grey=True)

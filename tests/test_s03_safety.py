@@ -3,6 +3,7 @@
 can start, and the bash tool cannot be hung, flooded or used to read the agent's secrets."""
 
 import contextlib
+import fcntl
 import getpass
 import importlib
 import importlib.util
@@ -2373,7 +2374,7 @@ def test_a_tree_a_command_makes_deeper_than_python_recurses_is_kept_and_its_laye
     """os.walk and shutil.rmtree recurse (before Python 3.12): a command that makes a tree deeper
     than Python's recursion limit would raise RecursionError when its layer is removed. The tree
     comes back, the result is the command's, and no layer is left. (A lower limit stands in for
-    a deeper tree: applying one costs time with the square of its depth.)"""
+    a deeper tree.)"""
     cache = tmp_path_factory.mktemp("cache")  # outside the workspace
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(160)
@@ -2391,3 +2392,76 @@ def test_a_nul_byte_in_a_command_is_refused_with_a_reason(stage, project):
     """No command line can carry a NUL byte: bash would never see what follows it, and starting
     the process would fail. The filter says so instead."""
     assert stage.check_command("echo a\0b") is not None
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_layer_deeper_than_the_system_s_path_limit_is_removed(stage, scripted, workspace,
+                                                                tmp_path_factory, monkeypatch):
+    """A command can make a path longer than any the system takes (4,096 characters), one
+    folder at a time. Its layer must still go: remove_layer goes from folder to folder by
+    descriptor, never by the whole path, so nothing is left in the cache to fill the disk."""
+    cache = tmp_path_factory.mktemp("cache")  # outside the workspace
+    name = "n" * 250
+    command = f"for i in $(seq 18); do mkdir {name} && cd {name}; done; echo bottom > file"
+    with layers_in(cache, stage, monkeypatch) as kept_in:
+        call_tool(stage, scripted, "bash", command=command)
+    assert kept_in == cache and not layers_left(cache)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_dead_session_s_layers_are_removed_at_the_next_start(stage, scripted, workspace,
+                                                               tmp_path_factory, monkeypatch):
+    """A session killed during a command (SIGKILL, a power cut) leaves its layer. The next
+    session removes it when it first looks for its layers' folder, but never a layer a live
+    session holds (each session locks its layers while it lives)."""
+    cache = tmp_path_factory.mktemp("cache")
+    dead, alive = cache / "coding-agent-layer-dead", cache / "coding-agent-layer-alive"
+    (dead / "upper" / "closed").mkdir(parents=True)
+    (dead / "upper" / "closed" / "big.bin").write_bytes(b"x" * 1000)
+    (dead / "upper" / "closed").chmod(0)  # as a command may leave it
+    (alive / "upper").mkdir(parents=True)
+    held = os.open(alive, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the live session does
+        with layers_in(cache, stage, monkeypatch):
+            call_tool(stage, scripted, "bash", command="true")
+        assert layers_left(cache) == [alive]
+    finally:
+        os.close(held)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_sigterm_or_sighup_during_a_command_keeps_none_of_its_changes_and_leaves_no_layer(
+        stage, number, workspace, tmp_path_factory, monkeypatch):
+    """A closed terminal sends SIGHUP, a service manager SIGTERM. Either ends the agent as
+    Ctrl-C does: the command is killed, nothing it changed comes in, and its layer is removed.
+    (A timer sends the signal half a second in, while the command waits.)"""
+    cache = tmp_path_factory.mktemp("cache")  # outside the workspace
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)}
+    stage.end_on_signals()  # what main() does at start
+    signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), number))
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with layers_in(cache, stage, monkeypatch) as kept_in, pytest.raises(SystemExit) as ended:
+            stage.run_bash("echo x > a.txt; sleep 60")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert ended.value.code == 128 + number
+    assert not (workspace / "a.txt").exists() and kept_in == cache and not layers_left(cache)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_command_that_writes_to_tmp_or_home_is_told_it_is_gone(stage, scripted, workspace):
+    """Inside the wall /tmp and the home folder are the command's own, in memory: a file written
+    there is gone when the command ends. The result says so, so the model does not look for it
+    later; a command that names neither gets no such line."""
+    for command in ["echo x > /tmp/out.txt", "echo x > ~/out.txt", "echo x > $HOME/out.txt"]:
+        assert "is gone" in call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "is gone" not in call_tool(stage, scripted, "bash", command="echo x > out.txt")["content"]
