@@ -262,6 +262,23 @@ def test_a_retry_says_why_the_last_try_failed(stage, scripted, monkeypatch, caps
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_kept_alive_connection_the_server_closed_is_not_called_no_answer(stage, scripted,
+                                                                          monkeypatch, capsys):
+    """Between two calls the HTTP client keeps the connection open, to send the next request on
+    it. A server may close it just as that request goes out, unread (here, always). The SDK tries
+    again on a new connection, and the retry line says what happened: the server closed the
+    connection kept open, not "no answer" (it answered every request it read)."""
+    script = [reply(tool("bash", command="false")), reply("done")]
+    with FakeAPI(script, closes_kept_alive=True) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
+        stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    [retry] = retry_lines(out)
+    assert "the server closed the connection kept open" in retry and "no answer" not in retry
+    assert "done" in out and len(api.requests) == 2
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_authentication_error_says_to_check_the_key(stage, scripted, capsys):
     """A 401 is almost always a wrong key: say which setting to check."""
     with FakeAPI([api_error(401, "invalid x-api-key")]) as api:
