@@ -104,7 +104,7 @@ def check_args(schema: dict, args: dict) -> str | None:
     return None
 
 JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool],
-              "array": [list], "object": [dict]}  # as JSON is read; another type ("null") passes
+              "array": [list], "object": [dict], "null": [type(None)]}  # as JSON is read
 
 # -- the file tools: plain functions (TOOL_HANDLERS, after run_bash, names them) -------------------
 

@@ -604,7 +604,7 @@ def check_args(schema: dict, args: dict) -> str | None:
     return None
 
 JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool],
-              "array": [list], "object": [dict]}  # as JSON is read; another type ("null") passes
+              "array": [list], "object": [dict], "null": [type(None)]}  # as JSON is read
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
     check_door(file, writing=False)
