@@ -1511,13 +1511,25 @@ def show_tool_call(block) -> None:
     show(f"> {block.name}: {shorten(shown)}", grey=True)
 
 def show_tool_result(result: dict) -> None:
-    """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""
+    """A glimpse (the model gets all of it): the first line; after a failure, the last lines,
+    where the error is. The notes a tool adds at the end, in brackets ("(exit code 1)", "(not
+    kept: ...)", "(stopped: ...)"), always show: they say what happened, not what was printed."""
     lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
-    failed = result["is_error"] or lines[-1].startswith("(exit code")
-    for line in lines[-3:] if failed else lines[:1]:
+    printed, notes = list(lines), []
+    while printed and is_note(printed[-1]):
+        notes.insert(0, printed.pop())
+    failures = ("(exit code", "(stopped")
+    failed = result["is_error"] or any(note.startswith(failures) for note in notes)
+    glimpse = printed[-3:] if failed else printed[:1]
+    for line in glimpse:
         show(f"  {shorten(line)}", grey=True)
-    if len(lines) > 1:
+    for note in notes:
+        show(f"  {shorten(note, 300)}", grey=True)  # a note is the tool's: cut only if absurd
+    if len(glimpse) < len(printed):
         show(f"  ({len(lines)} lines in all)", grey=True)
+
+def is_note(line: str) -> bool:
+    return line.startswith("(") and line.endswith(")")
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""

@@ -738,6 +738,34 @@ def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripte
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_notes_a_tool_adds_after_a_failure_always_show(stage, scripted, capsys):
+    """A tool may add notes in brackets after a command's output: s03 adds "(not kept: ...)"
+    after "(exit code 1)". The user sees every note and, as the exit code says it failed, the
+    last lines of the output, where the error is. (The command prints the notes itself here, so
+    that the test runs on every stage.)"""
+    failing = ("printf 'Traceback (most recent call last):\\n  File \"hello.py\", line 1\\n"
+               "    print(hi)\\nNameError: name hi is not defined\\n(exit code 1)\\n"
+               "(not kept: .bashrc: a start-up file)\\n'")
+    scripted(stage, [reply(tool("bash", command=failing)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    shown = ("    print(hi)\n  NameError: name hi is not defined\n  (exit code 1)\n"
+             "  (not kept: .bashrc: a start-up file)\n  (6 lines in all)\n")
+    assert shown in out and "\n  Traceback" not in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_note_after_a_command_that_worked_shows_with_its_first_line(stage, scripted, capsys):
+    """A command that worked shows its first line only, but a note the tool adds at the end (what
+    was not kept, a limit met) is news the user must see too."""
+    command = "printf 'wrote it\\nsecond line\\n(not kept: .bashrc: a start-up file)\\n'"
+    scripted(stage, [reply(tool("bash", command=command)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "  wrote it\n  (not kept: .bashrc: a start-up file)\n  (3 lines in all)\n" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
 def test_a_cut_line_ends_with_an_ellipsis(stage, scripted, capsys):
     """A line too long to show is cut and ends with "…", so it does not look complete."""
     command = "echo " + "word " * 40 + "; echo second"
