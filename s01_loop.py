@@ -434,6 +434,7 @@ def main() -> int:
     save_transcript("")  # can it be written? If not, it says so now and recording is off
     model = os.environ.get("MODEL_ID") or DEFAULT_MODEL
     show(f"model {model} at {base_url().rstrip('/')}", grey=True)
+    show("commands run unfenced: with your rights, anywhere you can write (s03 walls them in)")
     readline = None  # on a terminal only: it holds the line being typed
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # not every Python has it

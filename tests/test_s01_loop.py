@@ -42,6 +42,7 @@ from fake_api import (
 )
 
 import s01_loop
+import s02_tools
 
 ALL_STAGES = stages_from("s01_loop")
 
@@ -577,6 +578,20 @@ def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, ca
     out = capsys.readouterr().out
     assert f"model claude-nope at {api.url}\n" in out
     assert "sk-very-secret" not in out
+
+
+@pytest.mark.parametrize("stage", [s01_loop, s02_tools])
+def test_s01_and_s02_say_at_start_up_that_commands_run_unfenced(stage, user_env, capsys):
+    """s01 and s02 run the model's commands as you, with no wall (s03 builds it): they say so at
+    start-up, in one line, before the first prompt, so nobody runs them on a folder they care
+    about unaware."""
+    with FakeAPI([]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        user_env.setattr("sys.stdin", io.StringIO("q\n"))
+        assert stage.main() == 0
+    [said] = [line for line in capsys.readouterr().out.splitlines() if "unfenced" in line]
+    assert "your rights" in said and "s03" in said
 
 
 @pytest.mark.parametrize("url", ["not a url", "localhost:8080", "http://host:port"])
