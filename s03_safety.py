@@ -363,7 +363,7 @@ def check_args(schema: dict, args: dict) -> str | None:
     return None
 
 JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool],
-              "array": [list], "object": [dict]}  # as JSON is read; another type ("null") passes
+              "array": [list], "object": [dict], "null": [type(None)]}  # as JSON is read
 
 def read_file(path: str, limit: int | None = None) -> str:
     file = safe_path(path)
@@ -1390,13 +1390,25 @@ def show_tool_call(block) -> None:
     show(f"> {block.name}: {shorten(shown)}", grey=True)
 
 def show_tool_result(result: dict) -> None:
-    """A glimpse (the model gets all of it): the first line; after a failure, the last lines."""
+    """A glimpse (the model gets all of it): the first line; after a failure, the last lines,
+    where the error is. The notes a tool adds at the end, in brackets ("(exit code 1)", "(not
+    kept: ...)", "(stopped: ...)"), always show: they say what happened, not what was printed."""
     lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
-    failed = result["is_error"] or lines[-1].startswith("(exit code")
-    for line in lines[-3:] if failed else lines[:1]:
+    printed, notes = list(lines), []
+    while printed and is_note(printed[-1]):
+        notes.insert(0, printed.pop())
+    failures = ("(exit code", "(stopped")
+    failed = result["is_error"] or any(note.startswith(failures) for note in notes)
+    glimpse = printed[-3:] if failed else printed[:1]
+    for line in glimpse:
         show(f"  {shorten(line)}", grey=True)
-    if len(lines) > 1:
+    for note in notes:
+        show(f"  {shorten(note, 300)}", grey=True)  # a note is the tool's: cut only if absurd
+    if len(glimpse) < len(printed):
         show(f"  ({len(lines)} lines in all)", grey=True)
+
+def is_note(line: str) -> bool:
+    return line.startswith("(") and line.endswith(")")
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""
@@ -1549,19 +1561,42 @@ No API key: set ANTHROPIC_API_KEY in the environment, or in .env beside this scr
 def make_client():
     """The API client. (The SDK, imported here, takes seconds: main's checks come first.)"""
     import anthropic
-    hooks = {"request": [show_retry], "response": [answers.append]}  # called on each try
+    hooks = {"request": [show_retry], "response": [note_answer]}  # called on each try
     return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
                                http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
 
-answers = []  # the HTTP client adds each answer it gets (see make_client)
+last_try = {}  # how the SDK's last try ended: its answer, or the error that ended it
 
 def show_retry(request) -> None:
-    """The SDK retries by itself, silently, and numbers its tries in a header: say each retry."""
+    """The SDK retries by itself, silently, and numbers its tries in a header: say each retry,
+    and why (the SDK keeps the last try's error to itself until the last try)."""
     retry = request.headers.get("x-stainless-retry-count", "0")
-    got = f"HTTP {answers[-1].status_code}" if answers else "no answer"  # the last try's answer
-    answers.clear()
     if retry != "0":
-        show(f"(the last try got {got}; trying again, {retry} of {API_RETRIES})", grey=True)
+        show(f"({how_the_last_try_ended()}; trying again, {retry} of {API_RETRIES})", grey=True)
+    last_try.clear()
+    request.extensions["trace"] = note_step  # the HTTP library reports this try's steps to it
+
+def note_answer(response) -> None:
+    last_try["answer"] = response.status_code
+
+def note_step(step: str, info: dict) -> None:
+    """One step of a try, as the HTTP library reports it ("connection.connect_tcp.started")."""
+    if step == "connection.connect_tcp.started":
+        last_try["new connection"] = True
+    if step.endswith(".failed"):  # the last step to fail is the one that ended the try
+        last_try["error"] = info["exception"]
+
+def how_the_last_try_ended() -> str:
+    """Servers close a connection kept open between calls when they like; one that closed it as
+    the request went out did not leave a call unanswered: say which happened."""
+    error = last_try.get("error")
+    if "answer" in last_try:
+        return f"the last try got HTTP {last_try['answer']}"
+    if "Timeout" in type(error).__name__:  # the HTTP library's ReadTimeout, ConnectTimeout
+        return f"the last try got no answer within API_TIMEOUT ({API_TIMEOUT}s)"
+    if error and "new connection" not in last_try:
+        return "the server closed the connection kept open from the last call"
+    return f"the last try failed ({error})" if error else "the last try failed"
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"

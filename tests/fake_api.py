@@ -11,6 +11,9 @@ A script is a list of what the model does next, one item per model call:
   of text, and `broken_tool(name, raw)` is a tool call whose arguments are the text `raw`, not JSON;
 - a function of the request: called, and its return value used (it may also raise,
   or send a signal, to act out what happens while the model "thinks").
+`FakeAPI(script, closes_kept_alive=True)` acts out a server that keeps each connection open after
+its reply (chunked encoding), then closes it just as the next request comes in, unread: the race
+every client meets with a server that closes idle connections when it likes.
 
 Two ways to serve a script, both streaming the reply as the API does:
 - `ScriptedClient(script)` stands in for `anthropic.Anthropic()` inside the test
@@ -26,6 +29,7 @@ Both record every request they get, as JSON-like dicts, in `.requests`.
 import itertools
 import json
 import os
+import select
 import signal
 import threading
 import time
@@ -304,14 +308,18 @@ def sse_events(message: dict, gate: Gate | None = None):
 
 class FakeAPI:
     """A local Messages API server playing a script; use as a context manager.
-    `chars_per_second` paces streamed text, like a model writing (for benchmarks)."""
+    `chars_per_second` paces streamed text, like a model writing (for benchmarks).
+    `closes_kept_alive` keeps a connection open after a streamed reply, then closes it once the
+    next request starts to arrive, without reading it (see the top of this file)."""
 
-    def __init__(self, items, chars_per_second: float | None = None):
+    def __init__(self, items, chars_per_second: float | None = None, closes_kept_alive=False):
         self.script = Script(items)
         self.closing = threading.Event()
         script, closing = self.script, self.closing
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if closes_kept_alive else "HTTP/1.0"
+
             def do_POST(self):
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if not self.path.startswith("/v1/messages"):
@@ -355,6 +363,9 @@ class FakeAPI:
                 self.wfile.write(body)
 
             def send_events(self, answer: dict):
+                if closes_kept_alive:
+                    self.send_events_kept_alive(answer)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -364,6 +375,21 @@ class FakeAPI:
                     if chars_per_second and event.get("delta", {}).get("type") == "text_delta":
                         time.sleep(len(event["delta"]["text"]) / chars_per_second)  # the model "writing"
                 self.close_connection = True
+
+            def send_events_kept_alive(self, answer: dict):
+                """The reply in chunks on a connection kept open; then, as soon as the next
+                request's first bytes are in, the connection is closed with them unread."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for event in sse_events(answer):
+                    data = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                select.select([self.connection], [], [], 10)  # the next request comes (or 10 s)
+                self.close_connection = True  # closed with the next request unread
 
             def log_message(self, *args):
                 pass  # keep test output clean

@@ -42,6 +42,7 @@ from fake_api import (
 )
 
 import s01_loop
+import s02_tools
 
 ALL_STAGES = stages_from("s01_loop")
 
@@ -259,6 +260,23 @@ def test_a_retry_says_why_the_last_try_failed(stage, scripted, monkeypatch, caps
         stage.run_turn([], "hi")
     overloaded, silent = retry_lines(capsys.readouterr().out)
     assert "529" in overloaded and "529" not in silent and "no answer" in silent
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_kept_alive_connection_the_server_closed_is_not_called_no_answer(stage, scripted,
+                                                                          monkeypatch, capsys):
+    """Between two calls the HTTP client keeps the connection open, to send the next request on
+    it. A server may close it just as that request goes out, unread (here, always). The SDK tries
+    again on a new connection, and the retry line says what happened: the server closed the
+    connection kept open, not "no answer" (it answered every request it read)."""
+    script = [reply(tool("bash", command="false")), reply("done")]
+    with FakeAPI(script, closes_kept_alive=True) as api:
+        scripted(stage, None, client=client_with_short_waits(stage, api, monkeypatch))
+        stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    [retry] = retry_lines(out)
+    assert "the server closed the connection kept open" in retry and "no answer" not in retry
+    assert "done" in out and len(api.requests) == 2
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -562,6 +580,20 @@ def test_start_up_names_the_model_and_the_host_never_the_key(stage, user_env, ca
     assert "sk-very-secret" not in out
 
 
+@pytest.mark.parametrize("stage", [s01_loop, s02_tools])
+def test_s01_and_s02_say_at_start_up_that_commands_run_unfenced(stage, user_env, capsys):
+    """s01 and s02 run the model's commands as you, with no wall (s03 builds it): they say so at
+    start-up, in one line, before the first prompt, so nobody runs them on a folder they care
+    about unaware."""
+    with FakeAPI([]) as api:
+        user_env.setenv("ANTHROPIC_API_KEY", "test-key")
+        user_env.setenv("ANTHROPIC_BASE_URL", api.url)
+        user_env.setattr("sys.stdin", io.StringIO("q\n"))
+        assert stage.main() == 0
+    [said] = [line for line in capsys.readouterr().out.splitlines() if "unfenced" in line]
+    assert "your rights" in said and "s03" in said
+
+
 @pytest.mark.parametrize("url", ["not a url", "localhost:8080", "http://host:port"])
 def test_a_base_url_that_is_not_a_url_is_said_at_start_up(url, user_env, capsys):
     """An ANTHROPIC_BASE_URL that is not an http(s) URL cannot work: main() says so and how to
@@ -718,6 +750,34 @@ def test_a_failed_command_shows_its_last_lines_where_the_error_is(stage, scripte
     stage.run_turn([], "go")
     out = capsys.readouterr().out
     assert "    three\n  ValueError: boom\n  (exit code 1)\n  (6 lines in all)\n" in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_the_notes_a_tool_adds_after_a_failure_always_show(stage, scripted, capsys):
+    """A tool may add notes in brackets after a command's output: s03 adds "(not kept: ...)"
+    after "(exit code 1)". The user sees every note and, as the exit code says it failed, the
+    last lines of the output, where the error is. (The command prints the notes itself here, so
+    that the test runs on every stage.)"""
+    failing = ("printf 'Traceback (most recent call last):\\n  File \"hello.py\", line 1\\n"
+               "    print(hi)\\nNameError: name hi is not defined\\n(exit code 1)\\n"
+               "(not kept: .bashrc: a start-up file)\\n'")
+    scripted(stage, [reply(tool("bash", command=failing)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    shown = ("    print(hi)\n  NameError: name hi is not defined\n  (exit code 1)\n"
+             "  (not kept: .bashrc: a start-up file)\n  (6 lines in all)\n")
+    assert shown in out and "\n  Traceback" not in out
+
+
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_note_after_a_command_that_worked_shows_with_its_first_line(stage, scripted, capsys):
+    """A command that worked shows its first line only, but a note the tool adds at the end (what
+    was not kept, a limit met) is news the user must see too."""
+    command = "printf 'wrote it\\nsecond line\\n(not kept: .bashrc: a start-up file)\\n'"
+    scripted(stage, [reply(tool("bash", command=command)), reply("done")])
+    stage.run_turn([], "go")
+    out = capsys.readouterr().out
+    assert "  wrote it\n  (not kept: .bashrc: a start-up file)\n  (3 lines in all)\n" in out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

@@ -73,13 +73,14 @@ def settings_tool(monkeypatch):
     ({"ratio": False}, "'ratio' must be of type number"),
     ({"names": "a"}, "'names' must be of type array"),
     ({"options": ["a"]}, "'options' must be of type object"),
+    ({"nothing": 0}, "'nothing' must be of type null"),
 ])
 def test_every_json_schema_type_is_checked_or_passed_on(stage, tool_input, said, settings_tool,
                                                         scripted):
     """A tool may declare any JSON Schema type (s02's exercises add such tools): boolean, number,
-    array and object are checked (True is no number), and what the check does not know (null, a
-    list of types, no type at all) is passed on to the tool. Nothing raises: the model always gets
-    a tool_result."""
+    array, object and null are checked (True is no number; 0 is no null), and what the check does
+    not know (a list of types, no type at all) is passed on to the tool. Nothing raises: the model
+    always gets a tool_result."""
     settings_tool(stage)
     result = call_tool(stage, scripted, "settings", **tool_input)
     if said is None:
