@@ -182,25 +182,20 @@ def show_tool_call(block) -> None:
     show(f"> {block.name}: {shorten(shown)}", grey=True)
 
 def show_tool_result(result: dict) -> None:
-    """A glimpse (the model gets all of it): the first line; after a failure, the last lines,
-    where the error is. The notes a tool adds at the end, in brackets ("(exit code 1)", "(not
-    kept: ...)", "(stopped: ...)"), always show: they say what happened, not what was printed."""
+    """A glimpse (the model gets all of it): the first line, or after a failure the last lines,
+    where the error is; then the notes a tool ends with, in brackets, which always show."""
     lines = [line for line in result["content"].splitlines() if line.strip()] or [""]
-    printed, notes = list(lines), []
-    while printed and is_note(printed[-1]):
-        notes.insert(0, printed.pop())
-    failures = ("(exit code", "(stopped")
-    failed = result["is_error"] or any(note.startswith(failures) for note in notes)
-    glimpse = printed[-3:] if failed else printed[:1]
-    for line in glimpse:
-        show(f"  {shorten(line)}", grey=True)
-    for note in notes:
-        show(f"  {shorten(note, 300)}", grey=True)  # a note is the tool's: cut only if absurd
-    if len(glimpse) < len(printed):
+    printed = len(lines)
+    while printed > 1 and lines[printed - 1].startswith("(") and lines[printed - 1].endswith(")"):
+        printed -= 1  # a note: "(exit code 1)", "(not kept: ...)", "(stopped: ...)"
+    notes = lines[printed:]
+    ended_badly = [note for note in notes if note.startswith(("(exit code", "(stopped"))]
+    failed = result["is_error"] or bool(ended_badly)
+    glimpse = lines[:printed][-3:] if failed else lines[:1]
+    for line in glimpse + notes:
+        show(f"  {shorten(line, 300 if line in notes else 120)}", grey=True)  # a note: whole
+    if len(glimpse) < printed:
         show(f"  ({len(lines)} lines in all)", grey=True)
-
-def is_note(line: str) -> bool:
-    return line.startswith("(") and line.endswith(")")
 
 def context_tokens(usage) -> int:
     """All the model read for one call: new input, plus what it read from or wrote to the cache."""
@@ -357,38 +352,33 @@ def make_client():
     return anthropic.Anthropic(base_url=base_url(), timeout=API_TIMEOUT, max_retries=API_RETRIES,
                                http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
 
-last_try = {}  # how the SDK's last try ended: its answer, or the error that ended it
+last_try = {}  # how the SDK's last try went (see make_client and note_step)
 
 def show_retry(request) -> None:
     """The SDK retries by itself, silently, and numbers its tries in a header: say each retry,
-    and why (the SDK keeps the last try's error to itself until the last try)."""
+    and how the last try ended (the SDK keeps its error to itself until the last try)."""
     retry = request.headers.get("x-stainless-retry-count", "0")
     if retry != "0":
-        show(f"({how_the_last_try_ended()}; trying again, {retry} of {API_RETRIES})", grey=True)
+        ended = last_try.get("ended", "failed")
+        show(f"(the last try {ended}; trying again, {retry} of {API_RETRIES})", grey=True)
     last_try.clear()
-    request.extensions["trace"] = note_step  # the HTTP library reports this try's steps to it
+    request.extensions["trace"] = note_step  # the HTTP client reports each step of this try
 
 def note_answer(response) -> None:
-    last_try["answer"] = response.status_code
+    last_try["ended"] = f"got HTTP {response.status_code}"
 
 def note_step(step: str, info: dict) -> None:
-    """One step of a try, as the HTTP library reports it ("connection.connect_tcp.started")."""
+    """How a try failed. A server may close a connection kept open between calls as the next
+    request goes out: that is not a server that did not answer."""
+    error = info.get("exception")
     if step == "connection.connect_tcp.started":
         last_try["new connection"] = True
-    if step.endswith(".failed"):  # the last step to fail is the one that ended the try
-        last_try["error"] = info["exception"]
-
-def how_the_last_try_ended() -> str:
-    """Servers close a connection kept open between calls when they like; one that closed it as
-    the request went out did not leave a call unanswered: say which happened."""
-    error = last_try.get("error")
-    if "answer" in last_try:
-        return f"the last try got HTTP {last_try['answer']}"
-    if "Timeout" in type(error).__name__:  # the HTTP library's ReadTimeout, ConnectTimeout
-        return f"the last try got no answer within API_TIMEOUT ({API_TIMEOUT}s)"
-    if error and "new connection" not in last_try:
-        return "the server closed the connection kept open from the last call"
-    return f"the last try failed ({error})" if error else "the last try failed"
+    elif step.endswith(".failed") and "Timeout" in type(error).__name__:
+        last_try["ended"] = f"got no answer within API_TIMEOUT ({API_TIMEOUT}s)"
+    elif step.endswith(".failed") and "new connection" not in last_try:
+        last_try["ended"] = "failed: the server closed the connection kept open from the last call"
+    elif step.endswith(".failed"):
+        last_try["ended"] = f"failed ({error})"
 
 def base_url() -> str:  # empty means unset (as in a copied .env.example); not so to the SDK
     return os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
