@@ -93,7 +93,7 @@ def set_up(stage, workspace: Path, max_calls: int | None, child_max_calls: int |
 
 
 def transcript_facts(path: Path) -> tuple:
-    """From a transcript: how many model calls, how many tokens, and every tool call made."""
+    """From a transcript: how many model calls, how many tokens, and every tool call run."""
     lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     tokens, calls = 0, []
     for line in lines:
@@ -102,6 +102,8 @@ def transcript_facts(path: Path) -> tuple:
         read = sum(usage.get(key) or 0 for key in ("input_tokens", "cache_read_input_tokens",
                                                    "cache_creation_input_tokens"))
         tokens += read + (usage.get("output_tokens") or 0)
+        if response.get("stop_reason") == "max_tokens":
+            continue  # a reply cut off: the stage runs none of its calls
         for block in response.get("content") or []:
             if block.get("type") == "tool_use":
                 calls.append({**block, "agent": line.get("agent")})
