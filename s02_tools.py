@@ -455,8 +455,12 @@ def save_transcript(text: str) -> None:
 
 @functools.cache  # opened once: what a command later does to the name (a link, a rename) is moot
 def transcript_file(path: str):
-    """TRANSCRIPT, open to append: only a regular file, and never through a link. (The model can
-    put a link to ~/.bashrc in its place, or a FIFO, which would hang a plain open().)"""
+    """TRANSCRIPT, open to append: only a regular file, and never through a link, in its name or
+    its folders. (The model can put a link to ~/.bashrc in its place, or a FIFO, which would hang
+    a plain open(), or make its folder a link to the home folder.)"""
+    folder = os.path.dirname(path) or "."
+    if os.path.realpath(folder) != os.path.abspath(folder):  # O_NOFOLLOW sees the last part only
+        raise OSError(f"a link leads to its folder; name the folder {os.path.realpath(folder)}")
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     descriptor = os.open(path, flags, 0o600)  # 0o600: it holds the whole conversation
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):

@@ -27,6 +27,7 @@ import difflib
 import errno
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -108,14 +109,21 @@ def safe_path(path: str) -> Path:
     return target
 
 # -- fence 2: the door: one check for every change, and every read by a file tool -----------
-# Promise: nothing runs later unless the user runs it, and no secret is shown. What git, editors
-# and shells run on their own, the agent's own code and a .env file are never changed, by a file
-# tool or a command; a .env is never read by a file tool.
+# Promise: no secret is shown, and what is on the door's list does not run later unless the user
+# runs it. A .env file, a repository, the files of RUN_BY_TOOLS, the agent's own code and the
+# session's transcript are never changed, by a file tool or a command; a .env is never read by a
+# file tool.
 
 HERE = Path(__file__).resolve().parent  # the agent's own folder
+# A list, never finished, of what tools read and run on their own: git's, Mercurial's and
+# Jujutsu's names, VS Code's and JetBrains' project folders, Claude Code's (.claude, .mcp.json),
+# mise's files in a project's own folder, and all of bash's and zsh's start-up files. Not on it,
+# so the user's review: other tools' files, mise's in mise/ and .config/, a Makefile.
 RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".hg", ".jj", ".vscode", ".idea",
-                ".claude", ".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshenv",
-                ".zprofile", ".zshrc"}
+                ".claude", ".mcp.json", "mise.toml", ".mise.toml", "mise.local.toml",
+                ".mise.local.toml", ".mise",
+                ".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout",  # bash's
+                ".zshenv", ".zprofile", ".zshrc", ".zlogin", ".zlogout"}  # zsh's
 
 def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
     """May a tool read (or write) this file of the workspace? Raise PermissionError with the
@@ -124,10 +132,12 @@ def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
     passes `known`: what the door learned of the folders above, which stays true meanwhile."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
-    if any(is_secret(name) for name in names) or str(file) in secret_files():
+    if any(is_secret(name) for name in names) or found_secret(file):
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
+    if file == transcript():  # replaced by rename, it would lose the record the agent appends to
+        raise PermissionError("it is the session's transcript (TRANSCRIPT), the user's record")
     if ".git" in names or in_a_repository(file, workspace, {} if known is None else known):
         raise PermissionError("the history is the user's: git runs what a repository holds")
     if names & RUN_BY_TOOLS:
@@ -271,7 +281,7 @@ def run_bash(command: str) -> str:
         raise PermissionError(f"not run: {problem}")
     with new_layer() as layer:  # removed when the block ends, however it ends
         output, stopped, code, limits = run_walled(command, layer)
-        not_kept = apply_changes(layer) if layer else {}  # however the command ended
+        not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # however it ended
     output = cap(output)
     if stopped:
         output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
@@ -286,21 +296,29 @@ def run_bash(command: str) -> str:
     for why, paths in not_kept.items():  # a line for each reason, naming up to three paths
         more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
         output += f"\n(not kept: {', '.join(paths[:3])}{more}: {why})"
+    for path, target in links_out[:3]:  # before the user or the model follows one
+        output += f"\n(kept: {path}, a link to {target} outside the workspace)"
+    if len(links_out) > 3:
+        output += f"\n(kept: {len(links_out) - 3} more links that lead out of the workspace)"
     if stopped and stopped.startswith("timed out"):  # it never finished: the model must know
         raise TimeoutError(output.strip())
     return output or "(no output)"
 
-def apply_changes(layer: Path) -> dict:
+def apply_changes(layer: Path) -> tuple:
     """Bring each change the command made into the workspace, each through check_door; return
-    the paths not kept, by reason. Nothing is written through a link (see bring_in)."""
-    not_kept, known = {}, {}  # known: what the door learned of the folders above
-    for path, kind in changes_in(layer):  # top down: a folder before what is in it
+    the paths not kept, by reason, and the links kept that lead out of the workspace, with where
+    they lead. Nothing is written through a link (see bring_in)."""
+    not_kept, links, known = {}, [], {}  # known: what the door learned of the folders above
+    for path, kind in changes_in(layer):  # top down, deletions last (a rename's new name first)
         try:
             check_door(WORKDIR.resolve() / path, writing=True, known=known)
             bring_in(layer, path, kind)
         except OSError as error:  # PermissionError from the door, or the disk's own error
             not_kept.setdefault(error.strerror or str(error), []).append(path)
-    return not_kept
+            continue
+        if kind == "link":  # a venv's python leads out, and so may a link to ~/.bashrc
+            links.append(path)
+    return not_kept, leading_out(links)
 
 # The wall's policy: what a command sees, where (mounts() lists them in the order made; a later
 # mount covers what is under it):
@@ -316,7 +334,10 @@ def apply_changes(layer: Path) -> dict:
 # loopback services too; no Unix socket); bounded (MAX_PROCESSES and MAX_MEMORY for the command
 # and all it starts, MAX_FILE a file, BASH_TIMEOUT).
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
-# Makefile, a .pth in .venv): review it with `git status --ignored`.
+# Makefile, a .pth in .venv): review it with `git status --ignored`. What git keeps of a .env
+# ever committed or staged: `git show HEAD:.env` prints it from .git's objects, where no mount can
+# hide one object (hiding .git would take git diff and log away). A link that leads out is kept,
+# and named in the result.
 
 OWN_FOLDERS = ("/tmp", "/var/tmp", "~", "$HOME", "${HOME}")  # in memory: see the policy
 MAX_PROCESSES = 512  # for one command and all it starts
@@ -540,8 +561,8 @@ def system_prompt() -> str:
         f"You are a coding agent working in {WORKDIR}. Use the tools to inspect "
         "and change files, then answer briefly. Commands run in a sandbox, where "
         f"the network is {network}. What a command changes comes back into the workspace "
-        "after it ends, but for .git, .env files and what tools run: the history is the "
-        "user's, so you cannot stage or commit; git status, diff and log work."
+        "after it ends, but for .git, .env files and a list of files that tools run: the "
+        "history is the user's, so you cannot stage or commit; git status, diff and log work."
     )
 
 class TurnFailed(Exception):
@@ -643,10 +664,15 @@ def changes_in(layer: Path):
     """Each change a command made, from its layer, top down: (path in the workspace, kind), kind
     "deleted", "folder", "file", "link" or "other" (a FIFO, a socket, a device). A deleted (or
     replaced) folder comes as each path in it, deepest first; the walk goes into a new folder
-    only once it is a real folder of the workspace, so nothing is written through a link. Paths
-    are text, joined with os.path: a deep Path costs its depth each time it is made."""
+    only once it is a real folder of the workspace, so nothing is written through a link.
+    Deletions come last, once the door has judged every new name: overlayfs shows a rename as a
+    deletion and a new file, and a deleted file whose bytes a file the door did not keep holds
+    comes as "renamed", so no file is lost to a rename the door half refused. (A name deleted and
+    made again in one command is a change of that name, judged in its place.) Paths are text,
+    joined with os.path: a deep Path costs its depth each time it is made."""
     upper, workspace = str(layer / "upper"), str(WORKDIR.resolve())
     folders = [""]  # to go through, relative to `upper` and to the workspace alike
+    deletions = []  # the names the command deleted, for the end
     while folders:
         folder = folders.pop()
         try:
@@ -657,22 +683,69 @@ def changes_in(layer: Path):
             continue
         if is_opaque(os.path.join(upper, folder)):  # deleted and made again: its past is gone
             kept = {entry.name for entry in entries}
-            for name in sorted(set(os.listdir(os.path.join(workspace, folder))) - kept):
-                yield from deleted(os.path.join(folder, name))
+            gone = sorted(set(os.listdir(os.path.join(workspace, folder))) - kept)
+            deletions += [os.path.join(folder, name) for name in gone]
         for entry in entries:
             path = os.path.join(folder, entry.name)
             target = os.path.join(workspace, path)
             kind = kind_of(entry.stat(follow_symlinks=False))
             was_folder = os.path.isdir(target) and not os.path.islink(target)
+            if kind == "deleted":
+                deletions.append(path)
+                continue
             if kind == "folder" and was_folder:  # no change in itself: go through it
                 folders.append(path)
                 continue
-            if kind == "deleted" or was_folder or kind == "folder" and os.path.lexists(target):
-                yield from deleted(path)  # deleted, or replaced: a folder by a file, or back
-            if kind != "deleted":
-                yield path, kind
+            if was_folder or kind == "folder" and os.path.lexists(target):
+                yield from deleted(path)  # a folder replaced by a file, or a file by a folder
+            yield path, kind
             if kind == "folder" and os.path.isdir(target) and not os.path.islink(target):
                 folders.append(path)  # the door let it in
+    left, digests = None, {}  # the files the door did not keep, found once it judged them all
+    for path in deletions:
+        for gone, kind in deleted(path):
+            left = left_in(layer) if left is None else left
+            renamed = renamed_away(os.path.join(workspace, gone), left, digests)
+            yield gone, "renamed" if renamed else kind
+
+def left_in(layer: Path) -> dict:
+    """The regular files left in the layer once the door has judged every new name, by size:
+    what it kept was moved out, so these are what it did not keep."""
+    left, folders = {}, [str(layer / "upper")]
+    while folders:  # in a loop: a tree may be deeper than Python recurses
+        with contextlib.suppress(OSError):  # unlistable: its files were not judged either
+            for entry in os.scandir(folders.pop()):
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    left.setdefault(size, []).append(entry.path)
+    return left
+
+def renamed_away(file: str, left: dict, digests: dict) -> bool:
+    """Does a file `left` in the layer hold the bytes of `file`, which the command deleted (the
+    same size, the same SHA-256)? Then the command renamed it there. `digests` keeps, by size,
+    those of the files left, each read once."""
+    try:
+        status = os.lstat(file)
+        if not stat.S_ISREG(status.st_mode) or status.st_size not in left:
+            return False
+        if status.st_size not in digests:
+            digests[status.st_size] = {sha256(path) for path in left[status.st_size]}
+        return sha256(file) in digests[status.st_size]
+    except OSError:  # it cannot be read: nothing holds its bytes for sure
+        return False
+
+def sha256(path) -> bytes:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").digest()
+
+def leading_out(links: list) -> list:
+    """Of these links in the workspace, those that lead out of it, as (link, where it leads),
+    with every change of the command in: a link may lead through another."""
+    workspace = WORKDIR.resolve()
+    targets = [(path, Path(os.path.realpath(workspace / path))) for path in links]
+    return [(path, target) for path, target in targets if not target.is_relative_to(workspace)]
 
 def kind_of(status: os.stat_result) -> str:
     """An entry of the layer: overlayfs records a deletion as a character device 0/0."""
@@ -714,12 +787,24 @@ def bring_in(layer: Path, path: str, kind: str) -> None:
         move_in(source, target)
     elif kind == "unlistable":
         raise PermissionError("its folder in the layer could not be listed")
+    elif kind == "renamed":
+        raise PermissionError("it was renamed to a name that was not kept, so it stays")
     else:
         raise PermissionError("a FIFO, a socket or a device is not kept")
 
-def secret_files() -> set:
-    """The workspace's .env files and hard links to one, as paths: found once a session."""
-    return search(WORKDIR.resolve())["secret"]
+def transcript() -> Path | None:
+    """Where TRANSCRIPT records the session, as transcript_file opens it (None: not recording)."""
+    path = os.environ.get("TRANSCRIPT")
+    if not path:
+        return None
+    return Path(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+
+def found_secret(file: Path) -> bool:
+    """Is `file` one of the secrets the session's search found: where a .env link leads (a file,
+    or a folder and all in it), or a second (hard) name of one? (.env names: check_door's own.)"""
+    found = search(WORKDIR.resolve())
+    inside = [os.path.join(folder, "") for folder in found["linked folders"]]  # a few, if any
+    return str(file) in found["secret"] or str(file).startswith(tuple(inside))
 
 def walled(command: str, layer: Path, rules, options, info, group: list) -> list:
     """bash on `command` inside the wall, in cgroup `group`, its changes kept in `layer`. bwrap
@@ -1036,6 +1121,8 @@ def move_in(source: str, target: str) -> None:
         else:
             shutil.copy2(source, copy)
         os.replace(copy, target)
+        with contextlib.suppress(OSError):  # what stays in the layer was not kept (see left_in)
+            os.unlink(source)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(copy)
@@ -1076,9 +1163,10 @@ MAX_PATH = 3000  # characters: the search hides a folder deeper than this (Linux
 @functools.cache
 def search(workspace: Path) -> dict:
     """Once a session, a walk of the workspace, but .git's insides, in a loop (a tree may be
-    deeper than Python recurses): each .env file (where a link so named leads), a hard link to
-    one, and each folder it cannot list, which is hidden. Paths as text: a Path each costs."""
-    found = {"secret": set(), "unlisted": []}
+    deeper than Python recurses): each .env file (where a link so named leads: a file, or a
+    folder, hidden whole), a hard link to one, and each folder it cannot list, which is hidden.
+    Paths as text: a Path each costs."""
+    found = {"secret": set(), "unlisted": [], "linked folders": []}
     inside = os.path.join(workspace, "")
     linked = []
     folders = [str(workspace)]
@@ -1096,13 +1184,17 @@ def search(workspace: Path) -> dict:
                     found["secret"].add(entry.path)  # .envs/, .env.d/: hidden whole
                 elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
                     folders.append(entry.path)
-                elif is_secret(entry.name) and entry.is_file():  # through a link too
+                elif is_secret(entry.name) and (entry.is_file() or entry.is_dir()):  # or a link
                     real = os.path.realpath(entry.path)
                     if real.startswith(inside):  # elsewhere it is hidden, or the system's
-                        found["secret"].add(real)
+                        found["secret"].add(real)  # a folder: hidden whole, by mounts()
+                    if real.startswith(inside) and os.path.isdir(real):  # .env -> config
+                        found["linked folders"].append(real)
                 elif entry.is_file(follow_symlinks=False) and entry.stat().st_nlink > 1:
                     linked.append(entry.path)
-    secrets = {same_file(path) for path in found["secret"]}  # a hard link to one is one too
+    behind_links = tuple(os.path.join(folder, "") for folder in found["linked folders"])
+    in_linked_folders = [path for path in linked if path.startswith(behind_links)]
+    secrets = {same_file(path) for path in [*found["secret"], *in_linked_folders]}
     found["secret"] |= {path for path in linked if same_file(path) in secrets}
     return found
 
@@ -1509,8 +1601,12 @@ def save_transcript(text: str) -> None:
 
 @functools.cache  # opened once: what a command later does to the name (a link, a rename) is moot
 def transcript_file(path: str):
-    """TRANSCRIPT, open to append: only a regular file, and never through a link. (The model can
-    put a link to ~/.bashrc in its place, or a FIFO, which would hang a plain open().)"""
+    """TRANSCRIPT, open to append: only a regular file, and never through a link, in its name or
+    its folders. (The model can put a link to ~/.bashrc in its place, or a FIFO, which would hang
+    a plain open(), or make its folder a link to the home folder.)"""
+    folder = os.path.dirname(path) or "."
+    if os.path.realpath(folder) != os.path.abspath(folder):  # O_NOFOLLOW sees the last part only
+        raise OSError(f"a link leads to its folder; name the folder {os.path.realpath(folder)}")
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     descriptor = os.open(path, flags, 0o600)  # 0o600: it holds the whole conversation
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):

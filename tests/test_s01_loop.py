@@ -1275,6 +1275,27 @@ def test_a_transcript_that_is_a_link_is_not_written_through_and_the_session_goes
     assert out.count("recording is off") == 1 and "second answer" in out
 
 
+@pytest.mark.parametrize("stage", ALL_STAGES)
+def test_a_transcript_whose_folder_is_a_link_is_not_written_through(
+        stage, scripted, tmp_path, monkeypatch, capsys):
+    """O_NOFOLLOW refuses a link only as the last part of a path. A command can make the folder a
+    link instead (logs -> the home folder), and TRANSCRIPT=logs/.bashrc would then append JSON to
+    ~/.bashrc. The agent refuses a link anywhere on the way: the file stays as it was, the user
+    is told once that recording is off and which folder to name, and every turn is answered."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text(BASHRC)
+    (tmp_path / "logs").symlink_to(home)
+    monkeypatch.setenv("TRANSCRIPT", str(tmp_path / "logs" / ".bashrc"))
+    scripted(stage, [reply("first answer"), reply("second answer")])
+    messages = []
+    stage.run_turn(messages, "one")
+    stage.run_turn(messages, "two")
+    out = capsys.readouterr().out
+    assert (home / ".bashrc").read_text() == BASHRC
+    assert out.count("recording is off") == 1 and str(home) in out and "second answer" in out
+
+
 @pytest.mark.parametrize("stage", stages_from("s01_loop", quick_run_checks_the_last_only=True))
 def test_a_fifo_in_place_of_the_transcript_does_not_hang_the_agent(stage, tmp_path):
     """A FIFO (a named pipe, `mkfifo wire.jsonl`) blocks whoever opens it to write until someone

@@ -8,6 +8,7 @@ import getpass
 import importlib
 import importlib.util
 import io
+import json
 import os
 import platform
 import shlex
@@ -2465,3 +2466,181 @@ def test_a_command_that_writes_to_tmp_or_home_is_told_it_is_gone(stage, scripted
     for command in ["echo x > /tmp/out.txt", "echo x > ~/out.txt", "echo x > $HOME/out.txt"]:
         assert "is gone" in call_tool(stage, scripted, "bash", command=command)["content"]
     assert "is gone" not in call_tool(stage, scripted, "bash", command="echo x > out.txt")["content"]
+
+
+
+# -- the door, tried by a fresh attacker (issue 41) --
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_link_a_command_leaves_that_leads_out_is_named_in_the_result(stage, scripted, workspace):
+    """A link is only a name for another place: report.html may lead to ~/.bashrc, and whoever
+    writes the page next (an editor, a viewer) changes that file. A link a command leaves that
+    leads out of the workspace is kept, and the result names it and where it leads, even through
+    another link; a link that stays inside is not named."""
+    outside = workspace.parent / f"home-{workspace.name}"
+    outside.mkdir()
+    (outside / ".bashrc").write_text("as it was\n")
+    (workspace / "src").mkdir()
+    command = (f"ln -s {outside / '.bashrc'} report.html && ln -s {outside} home && "
+               "ln -s home/.bashrc through.txt && ln -s src inside")
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert f"(kept: report.html, a link to {outside / '.bashrc'} outside the workspace)" in content
+    assert f"(kept: home, a link to {outside} outside the workspace)" in content
+    assert f"(kept: through.txt, a link to {outside / '.bashrc'} outside the workspace)" in content
+    assert "inside" not in content and (workspace / "inside").is_symlink()
+    assert (outside / ".bashrc").read_text() == "as it was\n"
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_more_links_that_lead_out_than_three_are_counted(stage, scripted, workspace):
+    """The result names three links that lead out, and counts the rest: a command that made a
+    thousand of them does not flood the model's context."""
+    command = "for n in 1 2 3 4 5; do ln -s /etc/hostname link$n; done"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert content.count("(kept: link") == 3 and "(kept: 2 more links that lead out" in content
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", stages_from("s03_safety", quick_run_checks_the_last_only=True))
+def test_a_virtual_environment_made_in_the_workspace_works_and_its_links_out_are_named(
+        stage, scripted, workspace):
+    """`python -m venv .venv` makes bin/python a link to the Python it was made with, outside the
+    workspace: such links are legitimate, so they are kept (named in the result), and the venv
+    works, in the next command too."""
+    made = call_tool(stage, scripted, "bash", command="python -m venv .venv && .venv/bin/pip --version")
+    used = call_tool(stage, scripted, "bash", command=".venv/bin/python -c 'import sys; print(sys.prefix)'")
+    assert "pip " in made["content"] and not made["is_error"]
+    assert "(kept: .venv/bin/python, a link to " in made["content"]
+    assert used["content"].strip() == str(workspace.resolve() / ".venv")
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_secret_behind_a_env_link_to_a_folder_is_never_shown(stage, scripted, workspace):
+    """`.env` may be a link to the folder that holds the keys (.env -> config). The secret is where
+    the link leads, the folder and all in it: neither a command nor read_file shows it, through
+    the link, under the folder's own name, or under a second (hard) name of a file in it."""
+    (workspace / "config").mkdir()
+    (workspace / "config" / "keys.txt").write_text("KEY=SECRET-BEHIND-A-LINK\n")
+    (workspace / ".env").symlink_to("config")
+    os.link(workspace / "config" / "keys.txt", workspace / "keys.bak")
+    command = "cat .env/keys.txt; cat config/keys.txt; cat keys.bak; grep -rn KEY= .; true"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    reads = [call_tool(stage, scripted, "read_file", path=path)
+             for path in (".env/keys.txt", "config/keys.txt", "keys.bak")]
+    listed = call_tool(stage, scripted, "list_dir", path=".env")
+    assert "SECRET" not in content
+    assert all(read["is_error"] and "SECRET" not in read["content"] for read in reads)
+    assert listed["is_error"] and "keys.txt" not in listed["content"]
+
+
+@needs_the_wall
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_git_shows_what_its_history_holds_of_a_env_but_never_the_file_itself(stage, scripted, workspace):
+    """The promise, exactly: a .env file is hidden, not what git keeps of it. A key that was ever
+    committed or staged is in .git's objects, which `git show HEAD:.env` prints (no mount can hide
+    one object among the rest, and hiding .git would take git diff and log from the model). The
+    key in the file now, never staged, is shown by no git command."""
+    git = ["git", "-c", "user.name=u", "-c", "user.email=u@x", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=workspace, check=True)
+    (workspace / ".env").write_text("KEY=COMMITTED-KEY\n")
+    subprocess.run([*git, "add", ".env"], cwd=workspace, check=True)
+    subprocess.run([*git, "commit", "-qm", "keys"], cwd=workspace, check=True)
+    (workspace / ".env").write_text("KEY=SECRET-NOW\n")
+    command = "git show HEAD:.env; git diff .env; git cat-file -p :.env; git stash show -p; true"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert "COMMITTED-KEY" in content  # the history's: not promised
+    assert "SECRET-NOW" not in content
+
+
+STARTED_ON_THEIR_OWN = [".zlogin", ".zlogout", ".bash_logout", "app/.zlogin", ".mcp.json", "mise.toml",
+                        ".mise.toml", "mise.local.toml", ".mise.local.toml", ".mise/config.toml"]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_every_start_up_file_of_bash_and_zsh_and_each_listed_tool_s_file_is_never_written(
+        stage, scripted, workspace):
+    """RUN_BY_TOOLS is a list, so it must be complete for what it names: all of bash's and zsh's
+    start-up files (.zlogin runs at a login, .zlogout and .bash_logout at its end), Claude Code's
+    .mcp.json (it starts the servers named there) and mise's files in a project's folder (their
+    hooks run on cd). Neither a command nor write_file changes one, where it exists or anew."""
+    for name in STARTED_ON_THEIR_OWN[:4]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("as it was\n")
+    command = "mkdir -p app .mise; " + "; ".join(f"echo 'touch pwned' >> {name}" for name in STARTED_ON_THEIR_OWN)
+    call_tool(stage, scripted, "bash", command=command)
+    written = [call_tool(stage, scripted, "write_file", path=name, content="x") for name in STARTED_ON_THEIR_OWN]
+    assert all(result["is_error"] for result in written)
+    assert [(workspace / name).read_text() for name in STARTED_ON_THEIR_OWN[:4]] == ["as it was\n"] * 4
+    assert not [name for name in STARTED_ON_THEIR_OWN[4:] if (workspace / name).exists()]
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_no_tool_replaces_or_deletes_the_transcript_in_the_workspace(stage, scripted, workspace, monkeypatch):
+    """With TRANSCRIPT=wire.jsonl in the workspace (as the README shows), a command that writes
+    the file would come back by rename: the user's record gone, and the agent appending to a file
+    no longer in any folder. The door refuses every change to it, from a command or a file tool,
+    so the record holds each call, and no forged line."""
+    transcript = workspace / "wire.jsonl"
+    monkeypatch.setenv("TRANSCRIPT", str(transcript))
+    model = scripted(stage, [reply(tool("bash", command="printf '{\"forged\": true}\\n' > wire.jsonl")),
+                             reply(tool("bash", command="rm wire.jsonl")),
+                             reply(tool("bash", command="mv wire.jsonl old.jsonl")),
+                             reply(tool("write_file", path="wire.jsonl", content="{}\n")),
+                             reply(tool("edit_file", path="wire.jsonl", old_text="{", new_text="[")),
+                             reply("done")])
+    stage.run_turn([], "go")
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    results = [request["messages"][-1]["content"][0]["content"] for request in model.requests[1:4]]
+    assert len(lines) == 6 and all("request" in line for line in lines)
+    assert all("(not kept: wire.jsonl: it is the session's transcript" in result for result in results)
+
+
+@needs_the_wall
+@pytest.mark.parametrize("stage", SAFE_STAGES)
+def test_a_file_renamed_to_a_name_the_door_refuses_stays_where_it_was(stage, scripted, workspace):
+    """overlayfs shows a rename as a deletion and a new name. Where the door refuses the new name
+    (b/HEAD beside b/objects and b/refs would make a repository; .vscode/ is an editor's), keeping
+    the deletion alone would lose the user's file. The deletion is judged last, and is not kept
+    when the bytes it held lie in what was not kept: the file stays, whole, where it was. A
+    rename the door allows moves the file as ever."""
+    (workspace / "a").mkdir()
+    (workspace / "a" / "HEAD").write_text("the user's notes on HEAD\n")
+    for name in ("objects", "refs"):
+        (workspace / "b" / name).mkdir(parents=True)
+    (workspace / ".vscode").mkdir()
+    (workspace / "notes.txt").write_text("the user's notes\n")
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "guide.md").write_text("the user's guide\n")
+    (workspace / "plain.txt").write_text("moved as ever\n")
+    command = "mv a/HEAD b/; mv notes.txt .vscode/; mv docs .idea; mv plain.txt moved.txt"
+    content = call_tool(stage, scripted, "bash", command=command)["content"]
+    assert (workspace / "a" / "HEAD").read_text() == "the user's notes on HEAD\n"
+    assert (workspace / "notes.txt").read_text() == "the user's notes\n"
+    assert (workspace / "docs" / "guide.md").read_text() == "the user's guide\n"
+    assert not (workspace / "b" / "HEAD").exists() and not (workspace / ".idea").exists()
+    assert (workspace / "moved.txt").exists() and not (workspace / "plain.txt").exists()
+    assert "a/HEAD" in content and "renamed to a name that was not kept" in content
+
+
+@needs_the_wall
+def test_an_s04_child_shows_no_secret_behind_a_env_link_to_a_folder(scripted, workspace):
+    """A child reads with the parent's fences: with .env a link to config/, where the keys are,
+    neither its read_file nor its command shows them, so no summary can carry them to the user."""
+    s04 = importlib.import_module("s04_subagent")
+    (workspace / "config").mkdir()
+    (workspace / "config" / "keys.txt").write_text("KEY=SECRET-BEHIND-A-LINK\n")
+    (workspace / ".env").symlink_to("config")
+    child_calls = reply(tool("read_file", path=".env/keys.txt"), tool("bash", command="cat .env/keys.txt"))
+    model = scripted(s04, [reply(tool("task", prompt="Show the keys.", description="keys")), child_calls,
+                           reply("Nothing to show."), reply("Done.")])
+    s04.run_turn([], "go")
+    child_second = [r for r in model.requests if r["system"] == s04.child_system_prompt()][1]
+    read, command = child_second["messages"][-1]["content"]
+    assert read["is_error"] and "SECRET" not in read["content"] and "SECRET" not in command["content"]

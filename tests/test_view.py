@@ -246,6 +246,26 @@ def test_the_viewer_writes_one_page_and_prints_its_path(tmp_path):
     )
 
 
+def test_the_viewer_never_writes_its_page_through_a_link(tmp_path, capsys):
+    """A command can leave wire.html, where the page goes by default, as a link to ~/.bashrc (or
+    to a .pth file the agent's Python runs at start), or make the folder the page goes to a link
+    to the home folder. The page is written as a new file renamed into place: the link is
+    replaced, and the file it led to keeps its content; a folder reached through a link is
+    refused, with the folder to name instead, and nothing is written there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("as it was\n")
+    transcript = tmp_path / "wire.jsonl"
+    write_lines(transcript, [{"request": {"messages": [{"role": "user", "content": "hi"}]}}])
+    (tmp_path / "wire.html").symlink_to(home / ".bashrc")
+    (tmp_path / "pages").symlink_to(home)
+    assert view.main([str(transcript)]) == 0
+    assert view.main([str(transcript), "-o", str(tmp_path / "pages" / ".bashrc")]) == 2
+    assert str(home) in capsys.readouterr().err
+    assert (home / ".bashrc").read_text() == "as it was\n" and sorted(os.listdir(home)) == [".bashrc"]
+    assert not (tmp_path / "wire.html").is_symlink() and "hi" in (tmp_path / "wire.html").read_text()
+
+
 def test_the_viewer_cuts_a_long_tool_result_and_says_how_much(tmp_path):
     """A tool result of 50,000 characters is shown cut, with a note of the characters left out."""
     long_result = {

@@ -22,7 +22,9 @@ Stdlib only.
 import argparse
 import html
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 MAX_SHOWN = 2000  # characters of one piece of text shown on the page; the rest is cut, with a note
@@ -735,8 +737,26 @@ def write_page(transcript: Path, page: Path) -> Path:
     problem = not_a_transcript(transcript, calls)
     if problem:
         raise ValueError(problem)
-    page.write_text(render_page(calls, f"The run recorded in {transcript.name}"), encoding="utf-8")
+    write_new(page, render_page(calls, f"The run recorded in {transcript.name}"))
     return page
+
+
+def write_new(page: Path, text: str) -> None:
+    """Write `page` as a new file renamed into place, so that a link the model left at its name
+    (wire.html -> ~/.bashrc) is replaced, never written through. A folder reached through a link
+    is refused (ValueError): the model can make a folder of the workspace a link too."""
+    folder = os.path.abspath(page.parent)
+    if os.path.realpath(folder) != folder:
+        raise ValueError(f"a link leads to the folder of {page}; name the folder itself: "
+                         f"{os.path.realpath(folder)}")
+    descriptor, temp = tempfile.mkstemp(dir=folder, prefix=f".{page.name}.")  # new, not a link
+    try:
+        with open(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temp, page)
+    except BaseException:
+        os.unlink(temp)
+        raise
 
 
 def main(argv: list) -> int:
