@@ -1176,9 +1176,12 @@ def remove_layer(layer: Path | None) -> None:
 
 def remove_dead_layers(folder: Path) -> None:
     """Remove the layers of sessions that died (killed, or the machine stopped): a session holds
-    a lock on each of its layers while it lives, so a layer that can be locked is a dead one's."""
+    a lock on each of its layers while it lives, so a layer that can be locked is a dead one's.
+    (Older than a command may run, too: an older copy of the stage locks none.)"""
     for layer in folder.glob("coding-agent-layer-*"):
         with contextlib.suppress(OSError):
+            if time.time() - layer.lstat().st_mtime < 2 * BASH_TIMEOUT:
+                continue
             held = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: alive

@@ -2423,6 +2423,9 @@ def test_a_dead_session_s_layers_are_removed_at_the_next_start(stage, scripted, 
     (dead / "upper" / "closed" / "big.bin").write_bytes(b"x" * 1000)
     (dead / "upper" / "closed").chmod(0)  # as a command may leave it
     (alive / "upper").mkdir(parents=True)
+    long_ago = time.time() - 3600  # a layer younger than a command may run could be another copy's
+    for layer in (dead, alive):
+        os.utime(layer, (long_ago, long_ago))
     held = os.open(alive, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)  # as the live session does
