@@ -17,7 +17,7 @@ command filter is a speed bump that explains: it refuses the usual dangerous com
 reason the model can act on.
 
 Map: THE LESSON: the fences, new here: paths (safe_path), the door (check_door), the filter
-(check_command), the shell and its wall (run_bash, walled, apply_changes); then s02's tools and
+(check_command), the shell and its wall (run_bash, apply_changes); then s02's tools and
 s01's loop; THE MACHINERY, to skip on a first reading: the wall's plumbing, reading bash, the
 screen, the wire, start-up.
 """
@@ -279,7 +279,7 @@ def run_bash(command: str) -> str:
     problem = wall_problem()
     if problem:
         raise PermissionError(f"not run: {problem}")
-    with new_layer() as layer:  # removed when the block ends, however it ends
+    with new_layer() as layer:  # None with SANDBOX=off; removed however the block ends
         output, stopped, code, limits = run_walled(command, layer)
         not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # however it ended
     output = cap(output)

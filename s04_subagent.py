@@ -352,7 +352,7 @@ def run_bash(command: str) -> str:
     problem = wall_problem()
     if problem:
         raise PermissionError(f"not run: {problem}")
-    with new_layer() as layer:  # removed when the block ends, however it ends
+    with new_layer() as layer:  # None with SANDBOX=off; removed however the block ends
         output, stopped, code, limits = run_walled(command, layer)
         not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # however it ended
     output = cap(output)
