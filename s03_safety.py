@@ -87,10 +87,8 @@ TOOLS = [{
 
 # == THE LESSON ===================================================================================
 # -- new in s03: fences, in the order a tool call meets them ----------------------------------
-# A file tool's path goes through safe_path, then check_door. A command goes through
-# check_command, runs inside the wall on a layer of the workspace, and each change it made comes
-# back through check_door. So one function decides every change to the workspace (with the wall
-# up; SANDBOX=off leaves commands only the filter), and every read by a file tool.
+# One function, check_door, decides every change to the workspace, a file tool's or a command's
+# (with the wall up; SANDBOX=off leaves commands only the filter), and every read by a file tool.
 
 # -- fence 1: every file path stays inside the workspace ------------------------------------
 
@@ -109,10 +107,9 @@ def safe_path(path: str) -> Path:
     return target
 
 # -- fence 2: the door: one check for every change, and every read by a file tool -----------
-# Promise: no secret is shown, and what is on the door's list does not run later unless the user
-# runs it. A .env file, a repository, the files of RUN_BY_TOOLS, the agent's own code and the
-# session's transcript are never changed, by a file tool or a command; a .env is never read by a
-# file tool.
+# Promise: no secret is shown, and nothing on the door's list runs later unless the user runs it:
+# a .env file, a repository, RUN_BY_TOOLS, the agent's own code and the session's transcript are
+# never changed, by a file tool or a command; a .env is never read by a file tool.
 
 HERE = Path(__file__).resolve().parent  # the agent's own folder
 # A list, never finished, of what tools read and run on their own: git's, Mercurial's and
@@ -120,8 +117,8 @@ HERE = Path(__file__).resolve().parent  # the agent's own folder
 # mise's files in a project's own folder, and all of bash's and zsh's start-up files. Not on it,
 # so the user's review: other tools' files, mise's in mise/ and .config/, a Makefile.
 RUN_BY_TOOLS = {".git", ".gitmodules", ".gitconfig", "commondir", ".hg", ".jj", ".vscode", ".idea",
-                ".claude", ".mcp.json", "mise.toml", ".mise.toml", "mise.local.toml",
-                ".mise.local.toml", ".mise",
+                ".claude", ".mcp.json", "mise.toml", ".mise.toml", "mise.local.toml", ".mise",
+                ".mise.local.toml",
                 ".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout",  # bash's
                 ".zshenv", ".zprofile", ".zshrc", ".zlogin", ".zlogout"}  # zsh's
 
@@ -154,6 +151,13 @@ def is_secret(name: str) -> bool:
 def pythons() -> list:
     """The Python the agent runs on, a venv and the one behind it: their .pth files run at start."""
     return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+
+def transcript() -> Path | None:
+    """Where TRANSCRIPT records the session, as transcript_file opens it (None: not recording)."""
+    path = os.environ.get("TRANSCRIPT")
+    if not path:
+        return None
+    return Path(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
 
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
@@ -279,8 +283,7 @@ def run_bash(command: str) -> str:
     problem = wall_problem()
     if problem:
         raise PermissionError(f"not run: {problem}")
-    with new_layer() as layer:  # None with SANDBOX=off; removed however the block ends
-        output, stopped, code, limits = run_walled(command, layer)
+    with run_walled(command) as (output, stopped, code, limits, layer):  # layer: None if off
         not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # however it ended
     output = cap(output)
     if stopped:
@@ -641,24 +644,27 @@ def new_layer():
         remove_layer(layer)
         os.close(held)
 
-def run_walled(command: str, layer: Path | None) -> tuple:
-    """Run bash on `command` inside the wall, its changes kept in `layer` (no layer: no wall), in
-    a cgroup of its own where one can be made. Return its output, why it was stopped (or None),
-    its exit code and the limits it met. When it returns, nothing the command started runs."""
-    group = make_group() if layer else []
-    try:
-        with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
-              tempfile.TemporaryFile() as info):  # for bwrap
-            argv = ["bash", "-c", command]
-            if layer:
-                argv = walled(command, layer, rules, options, info, group)
-            fds = [rules.fileno(), options.fileno(), info.fileno()]
-            data, stopped, code = run_process(argv, fds)
-            wall_ended(info)  # a process that left the group may live a moment longer
-        limits = limits_met(group, data, failed=bool(stopped or code))  # before the cgroup goes
-    finally:
-        remove_group(group)
-    return data.decode(errors="replace"), stopped, code, limits
+@contextlib.contextmanager
+def run_walled(command: str):
+    """Run bash on `command` inside the wall, on a fresh layer of the workspace, in a cgroup of
+    its own where one can be made (with SANDBOX=off: no wall, no layer). Give its output, why it
+    was stopped (or None), its exit code, the limits it met, and the layer, which is removed when
+    the block ends, however it ends. Nothing the command started is still running by then."""
+    with new_layer() as layer:
+        group = make_group() if layer else []
+        try:
+            with (tempfile.TemporaryFile() as rules, tempfile.TemporaryFile() as options,
+                  tempfile.TemporaryFile() as info):  # for bwrap
+                argv = ["bash", "-c", command]
+                if layer:
+                    argv = walled(command, layer, rules, options, info, group)
+                fds = [rules.fileno(), options.fileno(), info.fileno()]
+                data, stopped, code = run_process(argv, fds)
+                wall_ended(info)  # a process that left the group may live a moment longer
+            limits = limits_met(group, data, failed=bool(stopped or code))  # before it goes
+        finally:
+            remove_group(group)
+        yield data.decode(errors="replace"), stopped, code, limits, layer
 
 def changes_in(layer: Path):
     """Each change a command made, from its layer, top down: (path in the workspace, kind), kind
@@ -791,13 +797,6 @@ def bring_in(layer: Path, path: str, kind: str) -> None:
         raise PermissionError("it was renamed to a name that was not kept, so it stays")
     else:
         raise PermissionError("a FIFO, a socket or a device is not kept")
-
-def transcript() -> Path | None:
-    """Where TRANSCRIPT records the session, as transcript_file opens it (None: not recording)."""
-    path = os.environ.get("TRANSCRIPT")
-    if not path:
-        return None
-    return Path(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
 
 def found_secret(file: Path) -> bool:
     """Is `file` one of the secrets the session's search found: where a .env link leads (a file,
