@@ -202,7 +202,7 @@ def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
     passes `known`: what the door learned of the folders above, which stays true meanwhile."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
-    if any(is_secret(name) for name in names) or found_secret(file):
+    if any(is_secret(name) for name in names) or found_secret(file):  # where a .env link leads
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
@@ -259,10 +259,10 @@ def in_a_repository(file: Path, workspace: Path, known: dict) -> bool:
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
 # It refuses the plain spellings of harm (sudo, rm -rf /, > /etc/hosts, kill -9 -1) with a reason
 # the model can act on; the wall (fence 4) stops the rest. commands_in reads the line with
-# tree-sitter's bash grammar, as Codex does, and gives each command bash would run, wherever it
-# sits. Words are judged, never substrings; the code given to python -c is not read. What the
-# filter cannot read for certain is refused: code that only running it shows (curl x | sh), a
-# program only bash can name (/???/?m). Nothing is run.
+# tree-sitter's bash grammar, as Codex does: each command bash would run, wherever it sits. Words
+# are judged, never substrings, nor python -c's code. What it cannot read for certain is refused
+# (curl x | sh, /???/?m). Nothing is run. With the wall up, ~ and /tmp are the command's own, in
+# memory (place says OWN): there rm -rf ~ empties only that.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -286,7 +286,7 @@ def check_command(command: str) -> str | None:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     try:  # each command bash would run; a redirection that writes a file is the command `>`
         for program, args, piped, function in commands_in(command):
-            if piped and program == function:  # :(){ :|:& };:
+            if piped and program == function:  # the function it sits in: :(){ :|:& };:
                 return f"{program} is a fork bomb: the function starts itself through a pipe"
             for name in RULED if "$" in program else [program]:  # $X -rf /: as rm, as chmod...
                 reason = check_arguments(name, args)
@@ -357,7 +357,7 @@ def run_bash(command: str) -> str:
     if problem:
         raise PermissionError(f"not run: {problem}")
     with run_walled(command) as (output, stopped, code, limits, layer):  # layer: None if off
-        not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # however it ended
+        not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # Ctrl-C: none
     output = cap(output)
     if stopped:
         output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
