@@ -95,7 +95,8 @@ def take_reply(messages: list, response) -> str | None:
     return text_of(response.content)
 
 def run_turn(messages: list, user_text: str) -> None:
-    """One turn. If it fails, it leaves the history (which so stays valid); the session goes on."""
+    """One turn. If it fails, it is taken out of the history, which so stays valid; the session
+    goes on."""
     start = len(messages)
     messages.append({"role": "user", "content": valid_utf8(user_text)})
     try:
