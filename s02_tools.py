@@ -347,8 +347,10 @@ def show_tool_result(result: dict) -> None:
     ended_badly = [note for note in notes if note.startswith(("(exit code", "(stopped"))]
     failed = result["is_error"] or bool(ended_badly)
     glimpse = lines[:printed][-3:] if failed else lines[:1]
-    for line in glimpse + notes:
-        show(f"  {shorten(line, 300 if line in notes else 120)}", grey=True)  # a note: whole
+    for line in glimpse:
+        show(f"  {shorten(line)}", grey=True)
+    for note in notes:  # the tool's own words: whole, unless absurdly long
+        show(f"  {shorten(note, 300)}", grey=True)
     if len(glimpse) < printed:
         show(f"  ({len(lines)} lines in all)", grey=True)
 

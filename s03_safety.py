@@ -1042,14 +1042,14 @@ def limits_met(group: list, output: bytes, failed: bool) -> list:
                     met.append(limit)
     return met
 
-def remove_layer(layer: Path | None) -> None:
+def remove_layer(layer: Path) -> None:
     """Remove a layer and all it holds, however deep: it goes from folder to folder by
     descriptor, so no path grows past the system's limit (a command may make a longer one),
     opens what the command or overlayfs closed (mode 000), and never follows a link."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         folder = os.open(layer, flags)
-    except (OSError, TypeError):  # gone already, or None: no layer
+    except OSError:  # gone already
         return
     left = [None]  # for each folder on the way down, the folders in it still to remove
     try:
@@ -1495,8 +1495,10 @@ def show_tool_result(result: dict) -> None:
     ended_badly = [note for note in notes if note.startswith(("(exit code", "(stopped"))]
     failed = result["is_error"] or bool(ended_badly)
     glimpse = lines[:printed][-3:] if failed else lines[:1]
-    for line in glimpse + notes:
-        show(f"  {shorten(line, 300 if line in notes else 120)}", grey=True)  # a note: whole
+    for line in glimpse:
+        show(f"  {shorten(line)}", grey=True)
+    for note in notes:  # the tool's own words: whole, unless absurdly long
+        show(f"  {shorten(note, 300)}", grey=True)
     if len(glimpse) < printed:
         show(f"  ({len(lines)} lines in all)", grey=True)
 
