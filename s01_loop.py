@@ -105,7 +105,7 @@ def run_turn(messages: list, user_text: str) -> None:
         replies = [message["content"] for message in messages[start:] if message["role"] != "user"]
         tool_called = any(block.type == "tool_use" for reply in replies for block in reply)
         del messages[start:]
-        changed = " (files stay changed)" if tool_called else ""
+        changed = " (what its tools did is not undone)" if tool_called else ""
         show(f"\n{describe_error(error)}. The turn was dropped{changed}.")
 
 def add_reply(messages: list, content: list) -> None:
@@ -145,10 +145,10 @@ def run_bash(command: str) -> str:
     """Run a shell command in WORKDIR; return its output and how it failed (a timeout raises)."""
     done = subprocess.run(["bash", "-c", command], cwd=WORKDIR, timeout=BASH_TIMEOUT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    output = done.stdout.decode(errors="replace")
+    output = cap(done.stdout.decode(errors="replace"))  # then the note, which is never cut
     if done.returncode != 0:
         output += f"\n(exit code {done.returncode})"
-    return cap(output) or "(no output)"
+    return output or "(no output)"
 
 def tool_result(block, text: str, is_error: bool = False) -> dict:
     return {"type": "tool_result", "tool_use_id": block.id, "content": valid_utf8(text),

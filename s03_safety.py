@@ -135,7 +135,8 @@ def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
         return
     if file == transcript():  # replaced by rename, it would lose the record the agent appends to
         raise PermissionError("it is the session's transcript (TRANSCRIPT), the user's record")
-    if ".git" in names or in_a_repository(file, workspace, {} if known is None else known):
+    known = {} if known is None else known
+    if ".git" in names or makes_a_repository(file) or in_a_repository(file, workspace, known):
         raise PermissionError("the history is the user's: git runs what a repository holds")
     if names & RUN_BY_TOOLS:
         raise PermissionError("other tools run it on their own (git, editors, shells)")
@@ -161,14 +162,16 @@ def transcript() -> Path | None:
 
 GIT_MADE = ("HEAD", "objects", "refs")  # what git looks for in a folder to take it as a repository
 
+def makes_a_repository(file: Path) -> bool:
+    """Would this file be the last of HEAD, objects and refs to arrive in its folder? It is
+    refused, so no command makes a repository, in one step or over several."""
+    others = [file.parent / name for name in GIT_MADE if name != file.name]
+    return file.name in GIT_MADE and all(map(os.path.lexists, others))
+
 def in_a_repository(file: Path, workspace: Path, known: dict) -> bool:
     """Is the file in a folder git reads as a repository (HEAD, objects/ and refs/ in it: a bare
-    app.git, the folder a .git file points to), the workspace too, or would it make one? The last
-    is refused, so no command makes a repository, in one step or over several. `known` keeps,
-    for each folder seen, whether it or one above it is one: a deep change costs no more."""
-    others = [file.parent / name for name in GIT_MADE if name != file.name]
-    if file.name in GIT_MADE and all(map(os.path.lexists, others)):  # the third, beside two?
-        return True
+    app.git, the folder a .git file points to), the workspace too? `known` keeps, for each folder
+    seen, whether it or one above it is one: a deep change costs no more."""
     folder, seen = file, []  # up from the file itself (it may be one) to a folder known
     while folder not in known:
         seen.append(folder)
@@ -247,10 +250,11 @@ def check_arguments(name: str, args: list) -> str | None:
     if name in ("init", "telinit", "systemctl", "loginctl") and POWER & asked:
         return "it turns the machine off, or suspends it"
     in_place = any(arg.startswith(("-i", "--in-place", "-pi")) for arg in args)  # sed -i, perl -pi
+    edited = paths[1:] if in_place else []  # sed -i SCRIPT FILE...: the files, not the script
     target = paths if {"-t", "--target-directory"} & set(args) else paths[-1:]  # cp -t DIR FILE
-    writes = {">": args, "tee": paths, "truncate": paths, "mv": paths, "cp": target, "ln": target,
-              "install": target, "rsync": paths[-1:], "sed": paths[1:] if in_place else [],
-              "perl": paths[1:] if in_place else [], "dd": [a[3:] for a in args if a[:3] == "of="]}
+    writes = {">": args, "tee": paths, "truncate": paths, "mv": paths,  # all they are given
+              "cp": target, "ln": target, "install": target, "rsync": paths[-1:],  # their target
+              "sed": edited, "perl": edited, "dd": [arg[3:] for arg in args if arg[:3] == "of="]}
     written = [path for path in writes.get(name, [])
                if not DEVICES.fullmatch(os.path.normpath(path))]  # > /dev/null, > /dev/fd/2
     return check_paths("it writes to", written, {SYSTEM, HOME})
@@ -287,8 +291,7 @@ def run_bash(command: str) -> str:
         not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # Ctrl-C: none
     output = cap(output)
     if stopped:
-        output += f"\n(stopped: {stopped}; the command and all it started were killed; what it"
-        output += " changed is kept)"
+        output += f"\n(stopped: {stopped}; it and all it started were killed; its changes are kept)"
     elif code:
         output += f"\n(exit code {code})"
     if limits:
@@ -337,10 +340,8 @@ def apply_changes(layer: Path) -> tuple:
 # loopback services too; no Unix socket); bounded (MAX_PROCESSES and MAX_MEMORY for the command
 # and all it starts, MAX_FILE a file, BASH_TIMEOUT).
 # Not promised (the note has the whole list): what the agent writes runs when the user runs it (a
-# Makefile, a .pth in .venv): review it with `git status --ignored`. What git keeps of a .env
-# ever committed or staged: `git show HEAD:.env` prints it from .git's objects, where no mount can
-# hide one object (hiding .git would take git diff and log away). A link that leads out is kept,
-# and named in the result.
+# Makefile, a .pth in .venv: review it with `git status --ignored`); what git keeps of a .env ever
+# committed or staged (`git show HEAD:.env`); a link that leads out is kept, named in the result.
 
 OWN_FOLDERS = ("/tmp", "/var/tmp", "~", "$HOME", "${HOME}")  # in memory: see the policy
 MAX_PROCESSES = 512  # for one command and all it starts
@@ -548,7 +549,7 @@ def run_turn(messages: list, user_text: str) -> None:
         replies = [message["content"] for message in messages[start:] if message["role"] != "user"]
         tool_called = any(block.type == "tool_use" for reply in replies for block in reply)
         del messages[start:]
-        changed = " (files stay changed)" if tool_called else ""
+        changed = " (what its tools did is not undone)" if tool_called else ""
         show(f"\n{describe_error(error)}. The turn was dropped{changed}.")
 
 def add_reply(messages: list, content: list) -> None:

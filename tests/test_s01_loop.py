@@ -476,9 +476,14 @@ def test_bash_runs_in_the_workspace_with_stderr_included(stage, scripted, worksp
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_bash_reports_a_nonzero_exit_code(stage, scripted):
-    """A failing command says how it failed."""
+def test_bash_reports_a_nonzero_exit_code_even_after_output_too_long_to_keep(stage, scripted):
+    """A failing command says how it failed, and the note comes after the cut: output longer than
+    MAX_OUTPUT never hides how the command ended. (From s03 on, such a command is stopped as its
+    output passes MAX_OUTPUT, and the note says that.)"""
     assert "exit code 3" in call_tool(stage, scripted, "bash", command="exit 3")["content"]
+    flood = "head -c 60000 /dev/zero | tr '\\0' x; exit 3"
+    content = call_tool(stage, scripted, "bash", command=flood)["content"]
+    assert re.search(r"\n\((exit code 3|stopped: output passed [^\n]*)\)$", content), content[-300:]
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
@@ -1482,16 +1487,17 @@ def test_a_terminal_shows_the_wait_for_the_model_until_its_first_word(stage, scr
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
-def test_a_dropped_turn_says_files_stay_changed_only_when_a_tool_was_called(stage, scripted,
-                                                                             capsys):
-    """A turn that fails before any tool call changed nothing on disk: its line does not say
-    that files stay changed. After a tool call it does."""
+def test_a_dropped_turn_says_what_its_tools_did_is_not_undone_only_after_a_tool_call(stage, scripted,
+                                                                                    capsys):
+    """Dropping a turn takes it out of the history, not off the disk. A turn that fails before
+    any tool call did nothing: its line says only that it was dropped. After a tool call, the line
+    says that what the tools did is not undone."""
     refused = reply("no", stop_reason="refusal")
     scripted(stage, [refused, reply(tool("bash", command="touch made")), refused])
     stage.run_turn([], "one")
-    assert "files stay changed" not in capsys.readouterr().out
+    assert "not undone" not in capsys.readouterr().out
     stage.run_turn([], "two")
-    assert "files stay changed" in capsys.readouterr().out
+    assert "not undone" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

@@ -100,13 +100,15 @@ def test_the_child_works_behind_the_same_fences(scripted, workspace):
 
 def test_a_child_that_hits_the_turn_cap_says_it_did_not_finish(scripted):
     """After SUBAGENT_MAX_CALLS model calls the child is stopped, and the parent gets an error
-    saying so, with the child's last text, not a partial answer dressed up as a summary."""
+    saying so, naming the child's setting, with the child's last text, not a partial answer
+    dressed up as a summary."""
     busy = [reply(f"still looking ({n})", tool("bash", command="true")) for n in range(s04.SUBAGENT_MAX_CALLS)]
     model = scripted(s04, [delegate(), *busy, reply("The child gave up.")])
     s04.run_turn([], "go")
     assert len([r for r in model.requests if is_child(r)]) == s04.SUBAGENT_MAX_CALLS == 30
     result = task_result(model)
     assert result["is_error"] and "30 calls without finishing" in result["content"]
+    assert "(SUBAGENT_MAX_CALLS)" in result["content"] and "MAX_MODEL_CALLS" not in result["content"]
     assert "still looking (29)" in result["content"]
 
 
