@@ -129,7 +129,7 @@ def check_door(file: Path, writing: bool, known: dict | None = None) -> None:
     passes `known`: what the door learned of the folders above, which stays true meanwhile."""
     workspace = WORKDIR.resolve()
     names = {name.casefold() for name in file.relative_to(workspace).parts}  # .GIT is .git on macOS
-    if any(is_secret(name) for name in names) or found_secret(file):  # where a .env link leads
+    if any(is_secret(name) for name in names) or another_name_of_a_secret(file):
         raise PermissionError("it holds secrets such as the API key; it is not shown")
     if not writing:
         return
@@ -211,7 +211,7 @@ INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN, NETWORK = (
     "the home folder", "system files", "the command's own, in memory", "the network")
 
 def check_command(command: str) -> str | None:
-    """Why this command line must not run, or None. A pure function: it never runs anything."""
+    """Why this command line must not run, or None: it runs nothing (for ~, /tmp: see place)."""
     if len(command) > MAX_LENGTH:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     try:  # each command bash would run; a redirection that writes a file is the command `>`
@@ -234,7 +234,7 @@ def check_arguments(name: str, args: list) -> str | None:
     if disks and name not in READERS:  # mkfs, fdisk, > /dev/sda: whatever the name
         return f"it is given the disk {disks[0]}; only a reader (lsblk, blkid) may be given one"
     paths = operands(args)
-    if name in ("rm", "shred"):  # rm -r deletes anything but what is inside the workspace
+    if name in ("rm", "shred"):  # rm -r: only what is inside the workspace
         harmful = {SYSTEM, HOME, OUTSIDE, WORKSPACE} if recursive(args) else {SYSTEM, HOME}
         return check_paths("it deletes", paths, harmful)
     if name == "find" and {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(args):
@@ -288,15 +288,17 @@ def run_bash(command: str) -> str:
     if problem:
         raise PermissionError(f"not run: {problem}")
     with run_walled(command) as (output, stopped, code, limits, layer):  # layer: None if off
-        not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # Ctrl-C: none
+        not_kept, links_out = apply_changes(layer) if layer else ({}, [])  # not after Ctrl-C
     output = cap(output)
     if stopped:
-        output += f"\n(stopped: {stopped}; it and all it started were killed; its changes are kept)"
+        output += f"\n(stopped: {stopped}; it and all it started were killed; what the door let"
+        output += " in is kept)"
     elif code:
         output += f"\n(exit code {code})"
     if limits:
         output += f"\n(the command met the wall's limit of {' and '.join(limits)})"
-    if layer and any(folder in command for folder in OWN_FOLDERS):  # a hint, not a verdict
+    named = [word for _, args, _, _ in commands_in(command) for word in args]  # as check_command
+    if layer and any(re.match(OWN_FOLDERS, word) for word in named):  # a hint, not a verdict
         output += ("\n(/tmp and the home folder are the command's own, in the wall's memory: what"
                    " it wrote there, outside the workspace, is gone)")
     for why, paths in not_kept.items():  # a line for each reason, naming up to three paths
@@ -330,8 +332,7 @@ def apply_changes(layer: Path) -> tuple:
 # mount covers what is under it):
 #   the system's folders, PATH's, the agent's Python    read-only
 #   the home folder, /tmp, /var/tmp, /run, /dev/shm     in memory: empty, and the command's own
-#   the workspace                                       a layer: the real files are read, and
-#                                                       what is written lands in the layer
+#   the workspace                                       a layer: read through, written in it
 #   each .env file, the agent's, the kernel's key names  empty (a folder so named: hidden)
 #   anything else                                       absent
 # Promises: nothing outside the workspace changes, as root too, and the workspace changes only
@@ -343,7 +344,7 @@ def apply_changes(layer: Path) -> tuple:
 # Makefile, a .pth in .venv: review it with `git status --ignored`); what git keeps of a .env ever
 # committed or staged (`git show HEAD:.env`); a link that leads out is kept, named in the result.
 
-OWN_FOLDERS = ("/tmp", "/var/tmp", "~", "$HOME", "${HOME}")  # in memory: see the policy
+OWN_FOLDERS = r"(/tmp|/var/tmp|~|\$HOME|\$\{HOME\})(/|$)"  # a path in them: see the policy
 MAX_PROCESSES = 512  # for one command and all it starts
 MAX_MEMORY = 4 * 2**30  # bytes for one command and all it starts
 MAX_FILE = 2**30  # bytes one file may reach
@@ -800,9 +801,9 @@ def bring_in(layer: Path, path: str, kind: str) -> None:
     else:
         raise PermissionError("a FIFO, a socket or a device is not kept")
 
-def found_secret(file: Path) -> bool:
-    """Is `file` one of the secrets the session's search found: where a .env link leads (a file,
-    or a folder and all in it), or a second (hard) name of one? (.env names: check_door's own.)"""
+def another_name_of_a_secret(file: Path) -> bool:
+    """Is `file` a secret under another name: where a .env link leads (a file, or a folder and all
+    in it), or a second (hard) name of one, as the session's search found them at its start?"""
     found = search(WORKDIR.resolve())
     inside = [os.path.join(folder, "") for folder in found["linked folders"]]  # a few, if any
     return str(file) in found["secret"] or str(file).startswith(tuple(inside))

@@ -2465,10 +2465,13 @@ def test_sigterm_or_sighup_during_a_command_keeps_none_of_its_changes_and_leaves
 def test_a_command_that_writes_to_tmp_or_home_is_told_it_is_gone(stage, scripted, workspace):
     """Inside the wall /tmp and the home folder are the command's own, in memory: a file written
     there is gone when the command ends. The result says so, so the model does not look for it
-    later; a command that names neither gets no such line."""
-    for command in ["echo x > /tmp/out.txt", "echo x > ~/out.txt", "echo x > $HOME/out.txt"]:
+    later; a command that names neither gets no such line. Words are read, as the filter reads
+    them: HEAD~1 and /tmpfile name neither."""
+    for command in ["echo x > /tmp/out.txt", "echo x > ~/out.txt", "echo x > $HOME/out.txt",
+                    "cd ~ && touch out.txt"]:
         assert "is gone" in call_tool(stage, scripted, "bash", command=command)["content"]
-    assert "is gone" not in call_tool(stage, scripted, "bash", command="echo x > out.txt")["content"]
+    for command in ["echo x > out.txt", "echo HEAD~1 > out.txt", "echo /tmpfile > out.txt"]:
+        assert "is gone" not in call_tool(stage, scripted, "bash", command=command)["content"]
 
 
 
