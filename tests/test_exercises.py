@@ -5,7 +5,7 @@ A "break it" exercise: with the note's change applied, its test command fails wi
 as it is, the normal run of those same tests proves, so it is not run again here.)
 An "extend it" exercise: with its reference solution from tests/solutions/ applied, the commands
 under "Check it" pass, and they run the new test the learner is asked to write.
-The formats are described in notes/README.md; tests/solutions/README.md describes the solutions.
+The formats are described in notes/reference.md; tests/solutions/README.md describes the solutions.
 These checks start pytest again for each exercise, so they are marked slow: CI runs them."""
 
 import re

@@ -107,13 +107,18 @@ def test_every_function_a_note_walks_through_exists_in_its_stage(stage):
 
 @pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
 def test_each_note_has_three_to_five_exercises_that_name_a_test_file(note):
-    """Exercises are "break it" or "extend it", and each says which test file to run or add to."""
+    """Exercises are "break it" or "extend it", and each says which test file to run or add to. A
+    line before them names the pair for a first pass: one break-it, then one extend-it."""
     exercises = note.read_text().split("## Exercises")[1].split("\n## ")[0]
-    items = re.split(r"\n(?=\d\. )", exercises.strip())
+    lead, *items = re.split(r"\n(?=\d\. )", exercises.strip())
     assert 3 <= len(items) <= 5
     for item in items:
         assert re.match(r"\d\. \*\*(Break|Extend) it", item), item[:60]
         assert "tests/" in item, item[:60]
+    pair = re.fullmatch(r"On a first pass, do (\d) and (\d); the others are for later\.", lead.strip())
+    assert pair, lead
+    kinds = [re.match(r"\d\. \*\*(\w+)", items[int(number) - 1])[1] for number in pair.groups()]
+    assert kinds == ["Break", "Extend"]
 
 
 @pytest.mark.parametrize("note", STAGE_NOTES, ids=lambda path: path.name)
