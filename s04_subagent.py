@@ -291,7 +291,7 @@ def check_command(command: str) -> str | None:
         for program, args, piped, function in commands_in(command):
             if piped and program == function:  # the function it sits in: :(){ :|:& };:
                 return f"{program} is a fork bomb: the function starts itself through a pipe"
-            for name in RULED if "$" in program else [program]:  # $X -rf /: as rm, as chmod...
+            for name in RULED if "$" in program else [program]:  # $X -rf /: as every RULED one
                 reason = check_arguments(name, args)
                 if reason:
                     return reason
