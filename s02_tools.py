@@ -98,7 +98,7 @@ def check_args(schema: dict, args: dict) -> str | None:
         if name not in schema["properties"]:
             return f"unexpected argument {name!r}; it takes {', '.join(schema['properties'])}"
         wanted = schema["properties"][name].get("type")
-        types = JSON_TYPES.get(wanted) if isinstance(wanted, str) else None  # several: not checked
+        types = JSON_TYPES.get(wanted) if isinstance(wanted, str) else None  # a list: unchecked
         if types and type(value) not in types:  # type(), not isinstance(): True is an int too
             return f"argument {name!r} must be of type {wanted}, not {type(value).__name__}"
     return None
