@@ -192,7 +192,7 @@ def in_a_repository(file: Path, workspace: Path, known: dict) -> bool:
 # tree-sitter's bash grammar, as Codex does: each command bash would run, wherever it sits. Words
 # are judged, never substrings, nor python -c's code. What it cannot read for certain is refused
 # (curl x | sh, /???/?m). Nothing is run. With the wall up, ~ and /tmp are the command's own, in
-# memory (place says OWN): there rm -rf ~ empties only that.
+# memory (place says OWN), unless they hold the workspace: rm -rf /tmp empties only that.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
@@ -211,7 +211,7 @@ INSIDE, UNKNOWN, OUTSIDE, WORKSPACE, HOME, SYSTEM, OWN, NETWORK = (
     "the home folder", "system files", "the command's own, in memory", "the network")
 
 def check_command(command: str) -> str | None:
-    """Why this command line must not run, or None: it runs nothing (for ~, /tmp: see place)."""
+    """Why this command line must not run, or None. Never runs it. (For ~ and /tmp: see place.)"""
     if len(command) > MAX_LENGTH:
         return f"it is over {MAX_LENGTH:,} characters; write a script with write_file and run it"
     try:  # each command bash would run; a redirection that writes a file is the command `>`
@@ -333,7 +333,7 @@ def apply_changes(layer: Path) -> tuple:
 #   the system's folders, PATH's, the agent's Python    read-only
 #   the home folder, /tmp, /var/tmp, /run, /dev/shm     in memory: empty, and the command's own
 #   the workspace                                       a layer: read through, written in it
-#   each .env file, the agent's, the kernel's key names  empty (a folder so named: hidden)
+#   .env files (the agent's too), /proc/keys             empty (a folder so named: hidden)
 #   anything else                                       absent
 # Promises: nothing outside the workspace changes, as root too, and the workspace changes only
 # through the door; no secret is read (of the workspace's .env files, those there when the session

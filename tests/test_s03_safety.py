@@ -356,7 +356,7 @@ def test_check_command_keeps_ordinary_work_working(stage, command, project):
 @pytest.mark.parametrize("stage", SAFE_STAGES)
 def test_what_only_the_running_command_knows_is_left_to_the_wall(stage, command, project):
     """The filter does not guess: a variable, a list of paths on standard input, the code given to
-    python -c may be anything, and refusing them would refuse everyday work. The wall (fence 3)
+    python -c may be anything, and refusing them would refuse everyday work. The wall (fence 4)
     confines whatever they turn out to be."""
     assert stage.check_command(command) is None
 
