@@ -189,10 +189,10 @@ def in_a_repository(file: Path, workspace: Path, known: dict) -> bool:
 # -- fence 3: the filter, a speed bump that explains -----------------------------------------
 # It refuses the plain spellings of harm (sudo, rm -rf /, > /etc/hosts, kill -9 -1) with a reason
 # the model can act on; the wall (fence 4) stops the rest. commands_in reads the line with
-# tree-sitter's bash grammar, as Codex does: each command bash would run, wherever it sits. Words
-# are judged, never substrings, nor python -c's code. What it cannot read for certain is refused
-# (curl x | sh, /???/?m). Nothing is run. With the wall up, ~ and /tmp are the command's own, in
-# memory (place says OWN), unless they hold the workspace: rm -rf /tmp empties only that.
+# tree-sitter's bash grammar, as Codex does: each command bash would run, wherever it sits, by its
+# program's name (/bin/RM is rm). Words are judged, never substrings, nor python -c's code; what
+# it cannot read for certain is refused (curl x | sh, /???/?m). With the wall up, ~ and /tmp are
+# the command's own, in memory (place: OWN) unless they hold the workspace: rm -rf ~ empties that.
 
 REFUSED_PROGRAMS = {
     **dict.fromkeys(["sudo", "sudoedit", "su", "doas", "pkexec", "run0"], "changes privileges"),
