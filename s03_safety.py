@@ -333,7 +333,7 @@ def apply_changes(layer: Path) -> tuple:
 #   the system's folders, PATH's, the agent's Python    read-only
 #   the home folder, /tmp, /var/tmp, /run, /dev/shm     in memory: empty, and the command's own
 #   the workspace                                       a layer: read through, written in it
-#   .env files (the agent's too), /proc/keys             empty (a folder so named: hidden)
+#   .env files (the agent's too), /proc/keys, key-users  empty (a folder so named: hidden)
 #   anything else                                       absent
 # Promises: nothing outside the workspace changes, as root too, and the workspace changes only
 # through the door; no secret is read (of the workspace's .env files, those there when the session
